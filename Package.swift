@@ -1,0 +1,108 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let strictSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "Haul",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "Haul", targets: ["Haul"]),
+        .library(name: "HaulCore", targets: ["HaulCore"]),
+        .executable(name: "haul", targets: ["haul"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "3.12.3"),
+    ],
+    targets: [
+        // Pure decision logic: resume rules, resume-data codec, retry policy, file naming, state machines.
+        // No I/O, no networking dependencies: everything here is tested without a socket.
+        .target(
+            name: "HaulCore",
+            swiftSettings: strictSettings
+        ),
+        // The transfer engine: runs HaulCore's decisions on AsyncHTTPClient and writes bodies to disk.
+        .target(
+            name: "HaulEngine",
+            dependencies: [
+                "HaulCore",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // The public, URLSession-shaped API.
+        .target(
+            name: "Haul",
+            dependencies: ["HaulCore", "HaulEngine"],
+            swiftSettings: strictSettings
+        ),
+        // Everything the `haul` command does; the executable only calls into it.
+        .target(
+            name: "HaulCommands",
+            dependencies: [
+                "Haul",
+                "HaulCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "haul",
+            dependencies: ["HaulCommands"],
+            swiftSettings: strictSettings
+        ),
+        // The fault-injecting HTTP server shared by tests and benchmarks.
+        .target(
+            name: "HaulTestSupport",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTPCompression", package: "swift-nio-extras"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "haul-test-server",
+            dependencies: ["HaulTestSupport"],
+            path: "Sources/HaulTestServer",
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "HaulCoreTests",
+            dependencies: ["HaulCore"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "HaulTests",
+            dependencies: [
+                "Haul",
+                "HaulCore",
+                "HaulTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "HaulCommandsTests",
+            dependencies: [
+                "HaulCommands",
+                "HaulTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictSettings
+        ),
+    ]
+)

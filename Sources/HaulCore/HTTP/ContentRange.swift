@@ -1,0 +1,56 @@
+/// A parsed `Content-Range` header value in the `bytes` unit (RFC 9110 §14.4).
+public enum ContentRange: Sendable, Hashable {
+    /// `bytes first-last/complete` where `complete` is `nil` for `*`.
+    case satisfied(first: Int64, last: Int64, completeLength: Int64?)
+    /// `bytes */complete`, as sent with a 416 response.
+    case unsatisfied(completeLength: Int64)
+
+    /// Parses a `Content-Range` value; returns `nil` for anything malformed or in another unit.
+    public init?(headerValue: String) {
+        let trimmed = headerValue.trimmingASCIIWhitespace()
+        guard trimmed.lowercased().hasPrefix("bytes ") else { return nil }
+        let spec = trimmed.dropFirst("bytes ".count).trimmingASCIIWhitespace()
+        let parts = spec.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return nil }
+        let rangePart = parts[0]
+        let lengthPart = parts[1]
+        if rangePart == "*" {
+            guard let complete = Int64(strictDecimal: lengthPart) else { return nil }
+            self = .unsatisfied(completeLength: complete)
+            return
+        }
+        let bounds = rangePart.split(separator: "-", omittingEmptySubsequences: false)
+        guard bounds.count == 2,
+            let first = Int64(strictDecimal: bounds[0]),
+            let last = Int64(strictDecimal: bounds[1]),
+            first <= last
+        else { return nil }
+        let complete: Int64?
+        if lengthPart == "*" {
+            complete = nil
+        } else {
+            guard let value = Int64(strictDecimal: lengthPart), last < value else { return nil }
+            complete = value
+        }
+        self = .satisfied(first: first, last: last, completeLength: complete)
+    }
+}
+
+extension Int64 {
+    /// Parses only plain ASCII digits (no sign, no spaces), as HTTP grammar requires.
+    init?<S: StringProtocol>(strictDecimal text: S) {
+        guard !text.isEmpty, text.utf8.count <= 19, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+            return nil
+        }
+        self.init(text)
+    }
+}
+
+extension StringProtocol {
+    func trimmingASCIIWhitespace() -> String {
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\r" || $0 == "\n" }
+        guard let start = self.firstIndex(where: { !isSpace($0) }) else { return "" }
+        let end = self.lastIndex(where: { !isSpace($0) })!
+        return String(self[start...end])
+    }
+}

@@ -1,0 +1,167 @@
+import Foundation
+
+/// Chooses safe local file names for downloads: from `Content-Disposition` (RFC 6266, with
+/// RFC 8187 `filename*`), else from the URL, always sanitised so that a server cannot place a
+/// file outside the destination directory or hide it.
+public enum FileNaming {
+    /// Longest name, in UTF-8 bytes, that common Linux file systems accept.
+    public static let maximumNameBytes = 255
+
+    /// The name to save a download under.
+    ///
+    /// - Parameters:
+    ///   - contentDisposition: the response's `Content-Disposition`, if any.
+    ///   - url: the URL the body came from (after redirects).
+    /// - Returns: a sanitised, non-empty file name without path separators.
+    public static func suggestedFilename(contentDisposition: String?, url: URL) -> String {
+        if let header = contentDisposition, let name = filename(fromContentDisposition: header),
+            let safe = sanitize(name)
+        {
+            return safe
+        }
+        let last = url.path.split(separator: "/").last.map(String.init) ?? ""
+        let decoded = last.removingPercentEncoding ?? last
+        return sanitize(decoded) ?? "index.html"
+    }
+
+    /// Extracts the file name parameter of a `Content-Disposition` value, preferring `filename*`.
+    /// Returns `nil` when there is none; the result is not yet sanitised.
+    public static func filename(fromContentDisposition value: String) -> String? {
+        let parameters = parseParameters(value)
+        if let extended = parameters["filename*"], let decoded = decodeExtendedValue(extended) {
+            return decoded
+        }
+        return parameters["filename"]
+    }
+
+    /// Makes `name` safe to create inside a directory: keeps only the last path component,
+    /// drops control characters and leading dots, and shortens it to ``maximumNameBytes``.
+    ///
+    /// - Returns: `nil` when nothing usable remains.
+    public static func sanitize(_ name: String) -> String? {
+        let lastComponent = name.split(whereSeparator: { $0 == "/" || $0 == "\\" }).last.map(String.init) ?? ""
+        var cleaned = String(
+            String.UnicodeScalarView(
+                lastComponent.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }
+            )
+        )
+        cleaned = cleaned.trimmingCharacters(in: .whitespaces)
+        while cleaned.hasPrefix(".") { cleaned.removeFirst() }
+        cleaned = cleaned.trimmingCharacters(in: .whitespaces)
+        guard !cleaned.isEmpty else { return nil }
+        return truncate(cleaned, toBytes: maximumNameBytes)
+    }
+
+    /// The `index`-th alternative to `name` for avoiding a clash: `report (1).pdf`,
+    /// `archive (2).tar.gz`.
+    public static func numberedAlternative(to name: String, index: Int) -> String {
+        let (stem, suffix) = splitExtension(name)
+        let marker = " (\(index))"
+        let room = maximumNameBytes - marker.utf8.count - suffix.utf8.count
+        return truncate(stem, toBytes: max(1, room)) + marker + suffix
+    }
+
+    /// The first name among `name`, `name (1)`, `name (2)`, … for which `isTaken` is false.
+    public static func firstAvailableName(for name: String, isTaken: (String) -> Bool) -> String {
+        if !isTaken(name) { return name }
+        var index = 1
+        while true {
+            let candidate = numberedAlternative(to: name, index: index)
+            if !isTaken(candidate) { return candidate }
+            index += 1
+        }
+    }
+
+    static func splitExtension(_ name: String) -> (stem: String, suffix: String) {
+        let lower = name.lowercased()
+        for double in [".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.lz"] where lower.hasSuffix(double) {
+            let cut = name.index(name.endIndex, offsetBy: -double.count)
+            if cut > name.startIndex { return (String(name[..<cut]), String(name[cut...])) }
+        }
+        if let dot = name.lastIndex(of: "."), dot > name.startIndex {
+            return (String(name[..<dot]), String(name[dot...]))
+        }
+        return (name, "")
+    }
+
+    static func truncate(_ text: String, toBytes limit: Int) -> String {
+        guard text.utf8.count > limit else { return text }
+        let (stem, suffix) = splitExtension(text)
+        let keepSuffix = suffix.utf8.count < limit / 2 ? suffix : ""
+        var result = ""
+        var used = keepSuffix.utf8.count
+        for character in (keepSuffix.isEmpty ? text : stem) {
+            let size = String(character).utf8.count
+            if used + size > limit { break }
+            result.append(character)
+            used += size
+        }
+        return result + keepSuffix
+    }
+
+    /// Splits `type; a=b; c="d"` into lower-cased parameter names and unquoted values.
+    static func parseParameters(_ value: String) -> [String: String] {
+        var result: [String: String] = [:]
+        var index = value.startIndex
+        // Skip the disposition type.
+        while index < value.endIndex, value[index] != ";" { index = value.index(after: index) }
+        while index < value.endIndex {
+            index = value.index(after: index)  // past ';'
+            while index < value.endIndex, value[index] == " " || value[index] == "\t" {
+                index = value.index(after: index)
+            }
+            var name = ""
+            while index < value.endIndex, value[index] != "=", value[index] != ";" {
+                name.append(value[index])
+                index = value.index(after: index)
+            }
+            guard index < value.endIndex, value[index] == "=" else { continue }
+            index = value.index(after: index)
+            var parameterValue = ""
+            if index < value.endIndex, value[index] == "\"" {
+                index = value.index(after: index)
+                while index < value.endIndex, value[index] != "\"" {
+                    if value[index] == "\\", value.index(after: index) < value.endIndex {
+                        index = value.index(after: index)
+                    }
+                    parameterValue.append(value[index])
+                    index = value.index(after: index)
+                }
+                if index < value.endIndex { index = value.index(after: index) }
+                while index < value.endIndex, value[index] != ";" { index = value.index(after: index) }
+            } else {
+                while index < value.endIndex, value[index] != ";" {
+                    parameterValue.append(value[index])
+                    index = value.index(after: index)
+                }
+                parameterValue = parameterValue.trimmingASCIIWhitespace()
+            }
+            let key = name.trimmingASCIIWhitespace().lowercased()
+            if !key.isEmpty, result[key] == nil { result[key] = parameterValue }
+        }
+        return result
+    }
+
+    /// Decodes an RFC 8187 ext-value: `UTF-8'lang'percent-encoded`.
+    static func decodeExtendedValue(_ value: String) -> String? {
+        let parts = value.split(separator: "'", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return nil }
+        let charset = parts[0].lowercased()
+        guard charset == "utf-8" || charset == "iso-8859-1" else { return nil }
+        let encoded = String(parts[2])
+        if charset == "utf-8" { return encoded.removingPercentEncoding }
+        // ISO-8859-1: each percent-escaped byte is one scalar.
+        var bytes: [UInt8] = []
+        var iterator = encoded.utf8.makeIterator()
+        while let byte = iterator.next() {
+            if byte == UInt8(ascii: "%"), let high = iterator.next(), let low = iterator.next(),
+                let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16)
+            {
+                bytes.append(value)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(String.UnicodeScalarView(bytes.map { Unicode.Scalar($0) }))
+    }
+}

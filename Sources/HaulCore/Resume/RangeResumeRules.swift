@@ -1,0 +1,116 @@
+/// The HTTP rules for resuming a download (RFC 9110 §13.1.5 `If-Range`, §14 range requests).
+///
+/// Pure functions: given what was asked and what came back, they say whether the body may be
+/// appended to the bytes on disk. Bytes are never spliced unless the server proved, with a
+/// `206` whose `Content-Range` starts exactly at the offset, that they continue the same entity.
+public enum RangeResumeRules {
+    /// Why a response cannot later be resumed, for diagnostics.
+    public enum NotResumableReason: String, Sendable, Hashable {
+        case methodIsNotGet = "only GET downloads can be resumed"
+        case noValidator = "the server sent neither a strong ETag nor Last-Modified"
+        case rangesNotAccepted = "the server does not accept byte ranges"
+        case notSuccessful = "the response is not a successful one"
+    }
+
+    /// Whether a download answered with `status` and `headers` could be resumed later.
+    ///
+    /// - Returns: `nil` when it can be resumed, otherwise the reason it cannot.
+    public static func notResumableReason(
+        method: String,
+        status: Int,
+        headers: HTTPHeaderFields
+    ) -> NotResumableReason? {
+        guard method.uppercased() == "GET" else { return .methodIsNotGet }
+        guard status == 200 || status == 206 else { return .notSuccessful }
+        if EntityValidators(headers: headers).ifRangeValue == nil { return .noValidator }
+        if status == 206 { return nil }
+        let acceptRanges = headers.values(for: "Accept-Ranges")
+            .flatMap { $0.split(separator: ",") }
+            .map { $0.trimmingASCIIWhitespace().lowercased() }
+        guard acceptRanges.contains("bytes") else { return .rangesNotAccepted }
+        if headers["Content-Encoding"].map({ $0.lowercased() != "identity" }) == true, headers["Content-Length"] == nil {
+            // A compressed body of unknown length cannot be checked for completeness on resume.
+            return .rangesNotAccepted
+        }
+        return nil
+    }
+
+    /// The headers that ask for the rest of the entity after `point`: `Range` and `If-Range`.
+    ///
+    /// - Returns: an empty list when `point` has no usable validator or nothing on disk.
+    public static func requestHeaders(resumingFrom point: ResumePoint) -> [(String, String)] {
+        guard point.offset > 0, let ifRange = point.validators.ifRangeValue else { return [] }
+        return [("Range", "bytes=\(point.offset)-"), ("If-Range", ifRange)]
+    }
+
+    /// What to do with a final (non-redirect) response to a request made with `point`'s headers.
+    public enum Verdict: Sendable, Hashable {
+        /// The body continues the bytes on disk at `offset`.
+        case append(offset: Int64, entityLength: Int64?)
+        /// The server sent the whole entity (it ignored the range, or the entity changed):
+        /// the bytes on disk must be discarded and the body written from the start.
+        case startOver(entityLength: Int64?)
+        /// The bytes on disk are already the complete entity (416 naming exactly that length).
+        case alreadyComplete(entityLength: Int64)
+        /// The response cannot be spliced and carries no usable whole entity: request again
+        /// without a range, or fail.
+        case requestAgainWithoutRange(reason: String)
+        /// An unsuccessful status that is not about ranges (404, 500, …): hand it on as it is.
+        case otherStatus
+    }
+
+    /// Judges a response to a range request for the rest of the entity after `point`.
+    public static func evaluate(status: Int, headers: HTTPHeaderFields, resumingFrom point: ResumePoint) -> Verdict {
+        switch status {
+        case 206:
+            guard let value = headers["Content-Range"], let range = ContentRange(headerValue: value) else {
+                return .requestAgainWithoutRange(reason: "206 response without a single-part Content-Range")
+            }
+            guard case .satisfied(let first, let last, let complete) = range else {
+                return .requestAgainWithoutRange(reason: "206 response with an unsatisfied Content-Range")
+            }
+            guard first == point.offset else {
+                return .requestAgainWithoutRange(
+                    reason: "server answered with bytes \(first)-\(last) instead of starting at \(point.offset)"
+                )
+            }
+            if let complete {
+                guard last == complete - 1 else {
+                    return .requestAgainWithoutRange(reason: "server sent a partial range \(first)-\(last)/\(complete)")
+                }
+                if let known = point.entityLength, known != complete {
+                    return .requestAgainWithoutRange(
+                        reason: "entity length changed from \(known) to \(complete) bytes"
+                    )
+                }
+            }
+            if let length = headers["Content-Length"].flatMap({ Int64(strictDecimal: $0.trimmingASCIIWhitespace()) }),
+                length != last - first + 1
+            {
+                return .requestAgainWithoutRange(reason: "Content-Length \(length) disagrees with Content-Range")
+            }
+            let responseValidators = EntityValidators(headers: headers)
+            if responseValidators.ifRangeValue != nil, !responseValidators.identifiesSameEntity(as: point.validators) {
+                return .requestAgainWithoutRange(reason: "206 response names a different entity")
+            }
+            return .append(offset: first, entityLength: complete ?? point.entityLength)
+        case 200:
+            return .startOver(entityLength: contentLength(of: headers))
+        case 416:
+            if let value = headers["Content-Range"], case .unsatisfied(let complete)? = ContentRange(headerValue: value),
+                complete == point.offset, point.entityLength == nil || point.entityLength == complete
+            {
+                return .alreadyComplete(entityLength: complete)
+            }
+            return .requestAgainWithoutRange(reason: "server refused the range (416)")
+        default:
+            return .otherStatus
+        }
+    }
+
+    /// The `Content-Length` of an identity-encoded response, if it sent one.
+    public static func contentLength(of headers: HTTPHeaderFields) -> Int64? {
+        if let encoding = headers["Content-Encoding"]?.lowercased(), encoding != "identity" { return nil }
+        return headers["Content-Length"].flatMap { Int64(strictDecimal: $0.trimmingASCIIWhitespace()) }
+    }
+}

@@ -1,0 +1,273 @@
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// One connection of ``FaultInjectingHTTPServer``: parses the route and options of each request
+/// and streams the response with the faults asked for.
+final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let server: FaultInjectingHTTPServer
+    private var head: HTTPRequestHead?
+    private var body = ByteBuffer()
+    private var isActive = true
+    private var isSendingBody = false
+
+    init(server: FaultInjectingHTTPServer) {
+        self.server = server
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        self.server.connectionOpened()
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.isActive = false
+        self.server.connectionClosed()
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch self.unwrapInboundIn(data) {
+        case .head(let head):
+            self.head = head
+            self.body.clear()
+        case .body(var buffer):
+            self.body.writeBuffer(&buffer)
+        case .end:
+            guard let head = self.head else { return }
+            self.head = nil
+            self.server.record(
+                .init(method: head.method.rawValue, uri: head.uri, headers: head.headers.map { ($0.name, $0.value) })
+            )
+            self.route(context: context, head: head)
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+
+    // MARK: - Routing
+
+    private func route(context: ChannelHandlerContext, head: HTTPRequestHead) {
+        let components = URLComponents(string: "http://127.0.0.1" + head.uri)
+        let path = components?.path ?? "/"
+        var query: [String: String] = [:]
+        for item in components?.queryItems ?? [] { query[item.name] = item.value ?? "" }
+        let segments = path.split(separator: "/").map(String.init)
+
+        switch segments.first {
+        case "file" where segments.count >= 2:
+            self.serveFile(context: context, head: head, name: segments[1], query: query)
+        case "redirect" where segments.count == 2:
+            let remaining = Int(segments[1]) ?? 0
+            let status = HTTPResponseStatus(statusCode: Int(query["status"] ?? "302") ?? 302)
+            let target = query["to"] ?? "/file/redirected"
+            let encodedTarget = target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? target
+            let location =
+                remaining > 1
+                ? "/redirect/\(remaining - 1)?status=\(status.code)&to=\(encodedTarget)"
+                : target
+            self.respond(context: context, status: status, headers: [("Location", location)], body: "redirect\n")
+        case "loop" where segments.count == 2:
+            let next = segments[1] == "a" ? "/loop/b" : "/loop/a"
+            self.respond(context: context, status: .found, headers: [("Location", next)], body: "loop\n")
+        case "status" where segments.count == 2:
+            let code = Int(segments[1]) ?? 500
+            var headers: [(String, String)] = []
+            if let retryAfter = query["retryAfter"] { headers.append(("Retry-After", retryAfter)) }
+            self.respond(context: context, status: HTTPResponseStatus(statusCode: code), headers: headers, body: "status \(code)\n")
+        case "echo":
+            var headers = HTTPHeaders()
+            headers.add(name: "Content-Type", value: "application/octet-stream")
+            headers.add(name: "Content-Length", value: "\(self.body.readableBytes)")
+            headers.add(name: "X-Echo-Method", value: head.method.rawValue)
+            headers.add(name: "X-Echo-Length", value: "\(self.body.readableBytes)")
+            context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: .ok, headers: headers))), promise: nil)
+            context.write(self.wrapOutboundOut(.body(.byteBuffer(self.body))), promise: nil)
+            context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
+        default:
+            self.respond(context: context, status: .notFound, headers: [], body: "not found\n")
+        }
+    }
+
+    private func respond(
+        context: ChannelHandlerContext,
+        status: HTTPResponseStatus,
+        headers extra: [(String, String)],
+        body: String
+    ) {
+        var headers = HTTPHeaders(extra)
+        headers.add(name: "Content-Length", value: "\(body.utf8.count)")
+        headers.add(name: "Content-Type", value: "text/plain")
+        context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+        context.write(self.wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: body)))), promise: nil)
+        context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
+    }
+
+    // MARK: - Files
+
+    private struct BodyPlan {
+        var key: String
+        var seed: UInt64
+        var start: Int64
+        var end: Int64  // exclusive
+        var stopAfter: Int64?  // body bytes after which the fault strikes
+        var stopByReset = true
+        var stall = false
+        var closeAtEnd = false
+        var bytesPerSecond: Double?
+    }
+
+    private func serveFile(context: ChannelHandlerContext, head: HTTPRequestHead, name: String, query: [String: String]) {
+        let key = query["key"] ?? name
+        let number = self.server.nextRequestNumber(forKey: key)
+        let size = Int64(query["size"] ?? "") ?? 1 << 20
+        let changeAfter = Int(query["changeAfter"] ?? "")
+        let version: UInt64 = (changeAfter.map { number >= $0 } ?? false) ? 1 : 0
+        let seed = (UInt64(query["seed"] ?? "") ?? 1) &+ version &* 1_000_003
+        let etagMode = query["etag"] ?? "strong"
+        let tag = "\"\(name)-\(size)-\(seed)\""
+        let lastModified = HTTPDate.format(Date(timeIntervalSince1970: 1_600_000_000 + Double(version) * 86_400))
+
+        if let failures = Int(query["fail503"] ?? ""), number <= failures {
+            var headers: [(String, String)] = []
+            if let retryAfter = query["retryAfter"] { headers.append(("Retry-After", retryAfter)) }
+            self.respond(context: context, status: .serviceUnavailable, headers: headers, body: "busy\n")
+            return
+        }
+
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: "application/octet-stream")
+        switch etagMode {
+        case "strong": headers.add(name: "ETag", value: tag)
+        case "weak": headers.add(name: "ETag", value: "W/" + tag)
+        default: break
+        }
+        if query["lastModified"] != "0" { headers.add(name: "Last-Modified", value: lastModified) }
+        let supportsRanges = query["ranges"] != "0"
+        if supportsRanges { headers.add(name: "Accept-Ranges", value: "bytes") }
+        if let disposition = query["disposition"] { headers.add(name: "Content-Disposition", value: disposition) }
+
+        var status = HTTPResponseStatus.ok
+        var start: Int64 = 0
+        var end = size
+        if supportsRanges, query["ignoreRange"] != "1", let range = head.headers.first(name: "Range"),
+            let requestedStart = Self.parseOpenRange(range)
+        {
+            var honour = true
+            if let ifRange = head.headers.first(name: "If-Range") {
+                honour = ifRange == tag || (etagMode != "strong" && ifRange == lastModified && query["lastModified"] != "0")
+            }
+            if honour {
+                if query["range416"] == "1" || requestedStart >= size {
+                    headers.add(name: "Content-Range", value: "bytes */\(size)")
+                    headers.add(name: "Content-Length", value: "0")
+                    context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .rangeNotSatisfiable, headers: headers))), promise: nil)
+                    context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
+                    return
+                }
+                status = .partialContent
+                start = requestedStart
+                if query["partialRange"] == "1" { end = min(size, start + 16) }
+                let shown = query["badContentRange"] == "1" ? start + 1 : start
+                headers.add(name: "Content-Range", value: "bytes \(shown)-\(end - 1)/\(size)")
+            }
+        }
+
+        var plan = BodyPlan(key: key, seed: seed, start: start, end: end)
+        if query["chunked"] == "1" {
+            // No Content-Length: the encoder falls back to chunked transfer coding.
+        } else if query["gzip"] == "1" {
+            headers.add(name: "x-test-compress", value: "1")
+        } else if let lie = Int64(query["lieLength"] ?? "") {
+            headers.add(name: "Content-Length", value: "\(lie)")
+            plan.closeAtEnd = true
+        } else {
+            headers.add(name: "Content-Length", value: "\(end - start)")
+        }
+        if let cutAfter = Int64(query["cutAfter"] ?? ""), number <= Int(query["cutTimes"] ?? "1") ?? 1 {
+            plan.stopAfter = cutAfter
+            plan.stopByReset = query["cutMode"] != "close"
+        } else if let stallAfter = Int64(query["stallAfter"] ?? ""), number <= Int(query["stallTimes"] ?? "1") ?? 1 {
+            plan.stopAfter = stallAfter
+            plan.stall = true
+        }
+        plan.bytesPerSecond = Double(query["rate"] ?? "")
+
+        context.writeAndFlush(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+        if head.method == .HEAD {
+            context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
+            return
+        }
+        self.sendBody(context: context, plan: plan, position: start, sent: 0)
+    }
+
+    private static let chunkSize: Int64 = 64 * 1024
+
+    private func sendBody(context: ChannelHandlerContext, plan: BodyPlan, position: Int64, sent: Int64) {
+        guard self.isActive else { return }
+        if let stopAfter = plan.stopAfter, sent >= stopAfter {
+            if plan.stall { return }  // hold the connection open, send nothing more
+            if plan.stopByReset, let provider = context.channel as? any SocketOptionProvider {
+                // SO_LINGER 0 turns close() into a TCP reset, as a crashed server or middlebox sends.
+                let closing = provider.setSoLinger(linger(l_onoff: 1, l_linger: 0))
+                closing.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+            } else {
+                context.close(promise: nil)
+            }
+            return
+        }
+        if position >= plan.end {
+            if plan.closeAtEnd {
+                context.close(promise: nil)
+            } else {
+                context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
+            }
+            return
+        }
+        var count = min(Self.chunkSize, plan.end - position)
+        if let stopAfter = plan.stopAfter { count = min(count, stopAfter - sent) }
+        if let rate = plan.bytesPerSecond { count = min(count, max(1, Int64(rate / 20))) }
+        var buffer = context.channel.allocator.buffer(capacity: Int(count))
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: Int(count)) { pointer in
+            TestContent.fill(UnsafeMutableRawBufferPointer(rebasing: pointer[0..<Int(count)]), offset: position, seed: plan.seed)
+            return Int(count)
+        }
+        self.server.addBodyBytes(Int(count), forKey: plan.key)
+        let written = context.writeAndFlush(self.wrapOutboundOut(.body(.byteBuffer(buffer))))
+        let loop = context.eventLoop.assumeIsolated()
+        written.assumeIsolated().whenComplete { result in
+            guard case .success = result else { return }
+            if let rate = plan.bytesPerSecond {
+                let delay = TimeAmount.nanoseconds(Int64(Double(count) / rate * 1e9))
+                loop.scheduleTask(in: delay) {
+                    self.sendBody(context: context, plan: plan, position: position + count, sent: sent + count)
+                }
+            } else {
+                self.sendBody(context: context, plan: plan, position: position + count, sent: sent + count)
+            }
+        }
+    }
+
+    /// Parses `bytes=N-` (the only form Haul sends); `nil` for anything else.
+    static func parseOpenRange(_ value: String) -> Int64? {
+        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        guard trimmed.hasPrefix("bytes="), trimmed.hasSuffix("-") else { return nil }
+        return Int64(trimmed.dropFirst(6).dropLast())
+    }
+}
+
+enum HTTPDate {
+    static func format(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.string(from: date)
+    }
+}

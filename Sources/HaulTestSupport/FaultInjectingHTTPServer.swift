@@ -1,0 +1,147 @@
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOHTTPCompression
+import NIOPosix
+import Synchronization
+
+/// An HTTP/1.1 server on 127.0.0.1 for tests and benchmarks, serving deterministic content with
+/// faults injected on request. It is real: clients talk to it over TCP.
+///
+/// ## Routes
+/// - `GET /file/NAME?size=N&seed=S` — `N` bytes of ``TestContent`` (default 1 MiB) with `ETag`,
+///   `Last-Modified`, `Accept-Ranges: bytes` and single-range support. Options (query items):
+///   - `key=K` groups requests for the per-key counters below (default `NAME`).
+///   - `etag=strong|weak|none`, `lastModified=0` — which validators are sent.
+///   - `ranges=0` — no `Accept-Ranges`, `Range` ignored; `ignoreRange=1` — advertised but ignored.
+///   - `cutAfter=B&cutTimes=T&cutMode=reset|close` — the first `T` (default 1) responses for the
+///     key stop after `B` body bytes by a TCP reset (default) or a plain close.
+///   - `stallAfter=B&stallTimes=T` — the first `T` responses stop sending after `B` bytes and hold
+///     the connection open.
+///   - `rate=BPS` — throttle the body to about `BPS` bytes per second.
+///   - `changeAfter=R` — from the `R`-th request of the key on, the entity is a new version
+///     (other bytes, other validators).
+///   - `badContentRange=1` — a 206 whose `Content-Range` starts one byte later than asked.
+///   - `partialRange=1` — a 206 covering only 16 bytes of the asked range.
+///   - `range416=1` — every range request is answered 416.
+///   - `fail503=T&retryAfter=S` — the first `T` requests are answered 503 with `Retry-After: S`.
+///   - `chunked=1` — no `Content-Length`, chunked transfer coding.
+///   - `gzip=1` — gzip content coding when the client accepts it.
+///   - `lieLength=L` — announce `Content-Length: L` but send `size` bytes and close.
+///   - `disposition=V` — send `Content-Disposition: V`.
+/// - `GET /redirect/N?to=PATH&status=302` — a chain of `N` redirects ending at `PATH`.
+/// - `GET /loop/a` and `/loop/b` — redirect to each other forever.
+/// - `GET /status/CODE?retryAfter=S` — that status with a short body.
+/// - `ANY /echo` — the request body back, with `X-Echo-Method` and `X-Echo-Length`.
+public final class FaultInjectingHTTPServer: Sendable {
+    /// A request as the server saw it.
+    public struct RecordedRequest: Sendable {
+        public var method: String
+        public var uri: String
+        public var headers: [(String, String)]
+
+        public func header(_ name: String) -> String? {
+            self.headers.first { $0.0.lowercased() == name.lowercased() }?.1
+        }
+    }
+
+    struct Counters {
+        var requests: [RecordedRequest] = []
+        var requestsPerKey: [String: Int] = [:]
+        var bodyBytesPerKey: [String: Int64] = [:]
+        var openConnections = 0
+        var peakOpenConnections = 0
+    }
+
+    let state = Mutex(Counters())
+    private let channel: any Channel
+    /// The TCP port the server listens on (on 127.0.0.1).
+    public let port: Int
+
+    private init(channel: any Channel) {
+        self.channel = channel
+        self.port = channel.localAddress?.port ?? 0
+    }
+
+    /// Starts a server on 127.0.0.1.
+    ///
+    /// - Parameter port: the port, or 0 for any free one.
+    public static func start(port: Int = 0) async throws -> FaultInjectingHTTPServer {
+        let box = Mutex<FaultInjectingHTTPServer?>(nil)
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let server = box.withLock { $0 }!
+                    let sync = channel.pipeline.syncOperations
+                    try sync.configureHTTPServerPipeline(withErrorHandling: true)
+                    try sync.addHandler(
+                        HTTPResponseCompressor(responseCompressionPredicate: { head, _ in
+                            if head.headers.contains(name: "x-test-compress") {
+                                head.headers.remove(name: "x-test-compress")
+                                return .compressIfPossible
+                            }
+                            return .doNotCompress
+                        })
+                    )
+                    try sync.addHandler(FaultInjectingHTTPHandler(server: server))
+                }
+            }
+            .bind(host: "127.0.0.1", port: port)
+            .get()
+        let server = FaultInjectingHTTPServer(channel: channel)
+        box.withLock { $0 = server }
+        return server
+    }
+
+    /// `http://127.0.0.1:PORT` followed by `pathAndQuery`.
+    public func url(_ pathAndQuery: String) -> URL {
+        URL(string: "http://127.0.0.1:\(self.port)\(pathAndQuery)")!
+    }
+
+    /// Stops listening and closes the listening socket.
+    public func shutdown() async throws {
+        try await self.channel.close()
+    }
+
+    /// Every request received so far, in order.
+    public var requests: [RecordedRequest] { self.state.withLock { $0.requests } }
+
+    /// Requests received for the counter key `key`.
+    public func requestCount(forKey key: String) -> Int { self.state.withLock { $0.requestsPerKey[key] ?? 0 } }
+
+    /// Body bytes sent for the counter key `key`, over all responses.
+    public func bodyBytesSent(forKey key: String) -> Int64 { self.state.withLock { $0.bodyBytesPerKey[key] ?? 0 } }
+
+    /// The most connections that were open at once.
+    public var peakOpenConnections: Int { self.state.withLock { $0.peakOpenConnections } }
+
+    func record(_ request: RecordedRequest) {
+        self.state.withLock { $0.requests.append(request) }
+    }
+
+    /// Counts a request for `key` and returns its 1-based number.
+    func nextRequestNumber(forKey key: String) -> Int {
+        self.state.withLock { state in
+            state.requestsPerKey[key, default: 0] += 1
+            return state.requestsPerKey[key]!
+        }
+    }
+
+    func addBodyBytes(_ count: Int, forKey key: String) {
+        self.state.withLock { $0.bodyBytesPerKey[key, default: 0] += Int64(count) }
+    }
+
+    func connectionOpened() {
+        self.state.withLock {
+            $0.openConnections += 1
+            $0.peakOpenConnections = max($0.peakOpenConnections, $0.openConnections)
+        }
+    }
+
+    func connectionClosed() {
+        self.state.withLock { $0.openConnections -= 1 }
+    }
+}
