@@ -163,7 +163,7 @@ public struct DownloadStateMachine: Sendable {
             preconditionFailure("bodyCompleted without a body")
         }
         if let expected = body.expectedTotal, expected != body.bytesOnDisk {
-            self.state = .failed
+            // The state stays `receivingBody`, so `resumePoint` still tells where to continue.
             return .failTruncated(
                 received: body.bytesOnDisk,
                 expected: expected,
@@ -195,6 +195,7 @@ public struct DownloadStateMachine: Sendable {
 
     private func resumePoint(of body: Body) -> ResumePoint? {
         guard body.isResumable, body.bytesOnDisk > 0 else { return nil }
+        if let expected = body.expectedTotal, body.bytesOnDisk > expected { return nil }
         return ResumePoint(offset: body.bytesOnDisk, validators: body.validators, entityLength: body.expectedTotal)
     }
 }

@@ -1,0 +1,89 @@
+import Synchronization
+
+/// Caps how many exchanges run at once against one host (`httpMaximumConnectionsPerHost`).
+/// Waiters are served first come, first served; a waiter whose task is cancelled leaves the line.
+package final class HostConnectionLimiter: Sendable {
+    private struct Waiter {
+        var id: UInt64
+        var continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private struct HostState {
+        var inUse = 0
+        var waiters: [Waiter] = []
+    }
+
+    private struct State {
+        var hosts: [String: HostState] = [:]
+        var nextID: UInt64 = 0
+    }
+
+    private let state = Mutex(State())
+    package let limit: Int
+
+    package init(limit: Int) {
+        self.limit = max(1, limit)
+    }
+
+    /// Waits for a free slot for `host`.
+    ///
+    /// - Throws: `CancellationError` when the calling task is cancelled while waiting.
+    package func acquire(host: String) async throws {
+        let id = self.state.withLock { state -> UInt64 in
+            state.nextID += 1
+            return state.nextID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let outcome: Result<Bool, any Error> = self.state.withLock { state in
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    var entry = state.hosts[host, default: HostState()]
+                    if entry.inUse < self.limit {
+                        entry.inUse += 1
+                        state.hosts[host] = entry
+                        return .success(true)
+                    }
+                    entry.waiters.append(Waiter(id: id, continuation: continuation))
+                    state.hosts[host] = entry
+                    return .success(false)
+                }
+                switch outcome {
+                case .success(true): continuation.resume()
+                case .success(false): break
+                case .failure(let error): continuation.resume(throwing: error)
+                }
+            }
+        } onCancel: {
+            let waiter = self.state.withLock { state -> Waiter? in
+                guard var entry = state.hosts[host], let index = entry.waiters.firstIndex(where: { $0.id == id }) else {
+                    return nil
+                }
+                let waiter = entry.waiters.remove(at: index)
+                state.hosts[host] = entry
+                return waiter
+            }
+            waiter?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Gives a slot of `host` back, handing it to the longest waiter if any.
+    package func release(host: String) {
+        let next = self.state.withLock { state -> Waiter? in
+            guard var entry = state.hosts[host] else { return nil }
+            if entry.waiters.isEmpty {
+                entry.inUse -= 1
+                state.hosts[host] = entry.inUse == 0 ? nil : entry
+                return nil
+            }
+            let waiter = entry.waiters.removeFirst()
+            state.hosts[host] = entry
+            return waiter
+        }
+        next?.continuation.resume()
+    }
+
+    /// Exchanges running now against `host` (for tests and diagnostics).
+    package func inUse(host: String) -> Int {
+        self.state.withLock { $0.hosts[host]?.inUse ?? 0 }
+    }
+}

@@ -1,0 +1,86 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+import NIOCore
+
+/// The file a download streams into: positioned writes straight from the network buffers,
+/// with no copy.
+///
+/// Not thread-safe by itself: a ``TransferRun`` touches it from one exchange at a time, and
+/// the exchanges are sequenced by the futures that end them.
+package struct PartialFile: Sendable {
+    package let path: String
+    private let descriptor: Int32
+
+    /// Opens (creating if needed) the file at `path` for writing, without truncating it.
+    ///
+    /// - Throws: `URLError(.cannotCreateFile)` with the system's reason.
+    package static func open(path: String) throws(URLError) -> PartialFile {
+        let descriptor = Glibc.open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else {
+            throw URLError.fileSystem(.cannotCreateFile, "cannot create \(path)", errno: errno)
+        }
+        return PartialFile(path: path, descriptor: descriptor)
+    }
+
+    private init(path: String, descriptor: Int32) {
+        self.path = path
+        self.descriptor = descriptor
+    }
+
+    /// Cuts the file to `length` bytes, dropping anything after it.
+    package func truncate(to length: Int64) throws(URLError) {
+        guard ftruncate(self.descriptor, off_t(length)) == 0 else {
+            throw URLError.fileSystem(.cannotWriteToFile, "cannot truncate \(self.path)", errno: errno)
+        }
+    }
+
+    /// Writes all readable bytes of `buffer` at `offset`.
+    package func write(_ buffer: ByteBuffer, at offset: Int64) throws(URLError) {
+        let failure: Int32? = buffer.withUnsafeReadableBytes { bytes -> Int32? in
+            var written = 0
+            while written < bytes.count {
+                let result = pwrite(
+                    self.descriptor,
+                    bytes.baseAddress! + written,
+                    bytes.count - written,
+                    off_t(offset) + off_t(written)
+                )
+                if result < 0 {
+                    if errno == EINTR { continue }
+                    return errno
+                }
+                written += result
+            }
+            return nil
+        }
+        if let failure {
+            throw URLError.fileSystem(.cannotWriteToFile, "cannot write to \(self.path)", errno: failure)
+        }
+    }
+
+    /// Closes the descriptor. Call exactly once.
+    package func close() {
+        _ = Glibc.close(self.descriptor)
+    }
+
+    /// The size of the file at `path`, or `nil` when it does not exist.
+    package static func size(at path: String) -> Int64? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return Int64(info.st_size)
+    }
+}
+
+extension URLError {
+    /// A file-system failure with the system's message, e.g. "No space left on device".
+    package static func fileSystem(_ code: URLError.Code, _ what: String, errno number: Int32) -> URLError {
+        let reason = String(cString: strerror(number))
+        return URLError(code, userInfo: [NSLocalizedDescriptionKey: "\(what): \(reason)", "errno": Int(number)])
+    }
+}

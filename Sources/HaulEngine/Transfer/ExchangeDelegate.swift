@@ -1,0 +1,180 @@
+import AsyncHTTPClient
+import Foundation
+import HaulCore
+import NIOCore
+import NIOHTTP1
+
+/// The AsyncHTTPClient delegate for one request/response exchange of a ``TransferRun``: asks the
+/// run's ``DownloadStateMachine`` what to do with the head, then writes each body chunk straight
+/// from the network buffer into the partial file (or hands it to the observer).
+///
+/// AsyncHTTPClient calls a delegate's methods one after another on the task's event loop, so
+/// the mutable fields below are only ever touched from that one thread at a time.
+final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
+    typealias Response = TransferRun.ExchangeResult
+
+    /// Ends an exchange early on purpose (the future of a head or body callback fails with it).
+    enum Abort: Error {
+        case requestAgainWithoutRange
+        case failed(URLError)
+    }
+
+    private enum Mode {
+        case awaitingHead
+        case redirect(ResponseInfo, ByteBuffer)
+        case toObserver(ResponseInfo)
+        case toFile(ResponseInfo, PartialFile)
+        case alreadyComplete(ResponseInfo, total: Int64)
+    }
+
+    /// A redirect body larger than this is not kept (it is only used when a redirect is refused).
+    private static let maximumRedirectBodyBytes = 1 << 20
+
+    private let run: TransferRun
+    private let url: URL
+    private var mode = Mode.awaitingHead
+    private var writeOffset: Int64 = 0
+
+    init(run: TransferRun, url: URL) {
+        self.run = run
+        self.url = url
+    }
+
+    func didReceiveHead(task: HTTPClient.Task<Response>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        let headers = HTTPHeaderFields(head.headers.map { ($0.name, $0.value) })
+        let response = ResponseInfo(
+            url: self.url,
+            statusCode: Int(head.status.code),
+            headers: headers,
+            httpVersion: "HTTP/\(head.version.major).\(head.version.minor)"
+        )
+        if RedirectPolicy.isRedirect(status: response.statusCode), headers["Location"] != nil {
+            self.mode = .redirect(response, ByteBuffer())
+            return task.eventLoop.makeSucceededVoidFuture()
+        }
+        guard case .file(let path, _) = self.run.destination else {
+            self.run.state.withLock { $0.lastResponse = response }
+            self.mode = .toObserver(response)
+            self.run.observer.transferRun(
+                self.run,
+                didReceive: response,
+                resumedAtOffset: nil,
+                expectedTotal: RangeResumeRules.contentLength(of: headers)
+            )
+            return task.eventLoop.makeSucceededVoidFuture()
+        }
+        let action = self.run.state.withLock { state in
+            state.lastResponse = response
+            return state.machine.responseHeadReceived(status: response.statusCode, headers: headers)
+        }
+        switch action {
+        case .writeBody(let fileOffset, let truncateFile, let resumedAtOffset, let expectedTotal):
+            do {
+                let file = try self.run.openFile(path: path)
+                if truncateFile { try file.truncate(to: fileOffset) }
+                self.writeOffset = fileOffset
+                self.mode = .toFile(response, file)
+            } catch {
+                return task.eventLoop.makeFailedFuture(Abort.failed(error))
+            }
+            self.run.observer.transferRun(
+                self.run,
+                didReceive: response,
+                resumedAtOffset: resumedAtOffset,
+                expectedTotal: expectedTotal
+            )
+        case .finishWithExistingBytes(let total):
+            self.mode = .alreadyComplete(response, total: total)
+            self.run.observer.transferRun(self.run, didReceive: response, resumedAtOffset: total, expectedTotal: total)
+        case .requestAgainWithoutRange:
+            return task.eventLoop.makeFailedFuture(Abort.requestAgainWithoutRange)
+        case .fail(let reason):
+            return task.eventLoop.makeFailedFuture(
+                Abort.failed(URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: reason]))
+            )
+        case .failKeepingBytes(let status):
+            return task.eventLoop.makeFailedFuture(
+                Abort.failed(
+                    URLError(
+                        .badServerResponse,
+                        userInfo: [
+                            NSLocalizedDescriptionKey: "server answered the resume request with status \(status)",
+                            "statusCode": status,
+                        ]
+                    )
+                )
+            )
+        }
+        return task.eventLoop.makeSucceededVoidFuture()
+    }
+
+    func didReceiveBodyPart(task: HTTPClient.Task<Response>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        switch self.mode {
+        case .toFile(_, let file):
+            do {
+                try file.write(buffer, at: self.writeOffset)
+            } catch {
+                return task.eventLoop.makeFailedFuture(Abort.failed(error))
+            }
+            let count = buffer.readableBytes
+            self.writeOffset += Int64(count)
+            let (total, expected) = self.run.state.withLock { state in
+                state.machine.bodyPartWritten(byteCount: count)
+                return (state.machine.bytesOnDisk, state.machine.expectedTotal)
+            }
+            self.run.observer.transferRun(self.run, didWrite: count, totalOnDisk: total, expectedTotal: expected)
+        case .toObserver:
+            self.run.observer.transferRun(self.run, didReceive: buffer)
+        case .redirect(let response, var body):
+            if body.readableBytes + buffer.readableBytes <= Self.maximumRedirectBodyBytes {
+                var copy = buffer
+                body.writeBuffer(&copy)
+                self.mode = .redirect(response, body)
+            }
+        case .awaitingHead, .alreadyComplete:
+            break
+        }
+        return task.eventLoop.makeSucceededVoidFuture()
+    }
+
+    func didReceiveError(task: HTTPClient.Task<Response>, _ error: any Error) {}
+
+    func didFinishRequest(task: HTTPClient.Task<Response>) throws -> Response {
+        switch self.mode {
+        case .redirect(let response, let body):
+            return .redirect(response, body: body)
+        case .toObserver(let response):
+            return .completed(response, total: 0)
+        case .alreadyComplete(let response, let total):
+            return .completed(response, total: total)
+        case .toFile(let response, _):
+            let action = self.run.state.withLock { $0.machine.bodyCompleted() }
+            switch action {
+            case .finish(let total):
+                return .completed(response, total: total)
+            case .failTruncated(let received, let expected, _):
+                throw Abort.failed(
+                    URLError(
+                        .networkConnectionLost,
+                        userInfo: [
+                            NSLocalizedDescriptionKey:
+                                "the body ended after \(received) of \(expected) bytes"
+                        ]
+                    )
+                )
+            }
+        case .awaitingHead:
+            throw Abort.failed(URLError(.badServerResponse))
+        }
+    }
+}
+
+extension TransferRun {
+    /// The partial file, opened on first use and kept open for the rest of the run.
+    func openFile(path: String) throws(URLError) -> PartialFile {
+        if let file = self.state.withLock({ $0.file }) { return file }
+        let file = try PartialFile.open(path: path)
+        self.state.withLock { $0.file = file }
+        return file
+    }
+}

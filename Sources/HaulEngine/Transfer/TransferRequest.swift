@@ -1,0 +1,52 @@
+import Foundation
+import HaulCore
+
+/// A request as the engine sends it: Foundation-free of `URLRequest`'s quirks, `Sendable`.
+package struct TransferRequest: Sendable, Hashable {
+    /// The body to send.
+    package enum Body: Sendable, Hashable {
+        case none
+        case data(Data)
+    }
+
+    package var url: URL
+    package var method: String
+    package var headers: HTTPHeaderFields
+    package var body: Body
+
+    package init(url: URL, method: String = "GET", headers: HTTPHeaderFields = HTTPHeaderFields(), body: Body = .none) {
+        self.url = url
+        self.method = method.uppercased()
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// A response head as the engine saw it.
+package struct ResponseInfo: Sendable, Hashable {
+    /// The URL that answered (after redirects).
+    package var url: URL
+    package var statusCode: Int
+    package var headers: HTTPHeaderFields
+    /// `HTTP/1.1`, `HTTP/2.0`, …
+    package var httpVersion: String
+
+    package init(url: URL, statusCode: Int, headers: HTTPHeaderFields, httpVersion: String) {
+        self.url = url
+        self.statusCode = statusCode
+        self.headers = headers
+        self.httpVersion = httpVersion
+    }
+}
+
+/// How a transfer run ended.
+package enum TransferOutcome: Sendable {
+    /// The final response arrived complete. For downloads the partial file now holds the whole
+    /// entity (`bytesOnDisk` bytes); for data transfers the body went to the observer.
+    case completed(response: ResponseInfo, bytesOnDisk: Int64)
+    /// The transfer failed. `resumePoint` is set when a later attempt can continue from the
+    /// bytes on disk; `response` is the last final response seen, if any.
+    case failed(URLError, response: ResponseInfo?, resumePoint: ResumePoint?)
+    /// The transfer stopped because ``TransferRun/stop(_:)`` asked it to.
+    case stopped(TransferRun.StopReason, response: ResponseInfo?, resumePoint: ResumePoint?)
+}

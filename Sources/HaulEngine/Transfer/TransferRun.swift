@@ -1,0 +1,245 @@
+import AsyncHTTPClient
+import Foundation
+import HaulCore
+import NIOCore
+import NIOHTTP1
+import Synchronization
+
+/// One transfer from first request to outcome: follows redirects (asking the observer), resumes
+/// with `Range`/`If-Range` through ``DownloadStateMachine``, streams the body to a file or to the
+/// observer, and can be stopped (pause or cancel) at any moment.
+///
+/// Create it, call ``start(completion:)`` once; the completion is called exactly once.
+package final class TransferRun: Sendable {
+    /// Why a run was asked to stop.
+    package enum StopReason: Sendable, Hashable {
+        /// Keep the bytes on disk for a later resume.
+        case pause
+        /// The user cancelled.
+        case cancel
+        /// `timeoutIntervalForResource` ran out.
+        case resourceTimeout
+    }
+
+    /// Where the body goes.
+    package enum Destination: Sendable {
+        /// Into the partial file at `path`, continuing from `resume` when given.
+        case file(path: String, resume: ResumePoint?)
+        /// To the observer's `didReceive body`.
+        case observer
+    }
+
+    struct State: Sendable {
+        var machine: DownloadStateMachine
+        var stopReason: StopReason?
+        var currentTask: HTTPClient.Task<ExchangeResult>?
+        var runningTask: Task<Void, Never>?
+        var file: PartialFile?
+        var lastResponse: ResponseInfo?
+        var writeOffset: Int64 = 0
+    }
+
+    let engine: TransferEngine
+    package let initialRequest: TransferRequest
+    let destination: Destination
+    let resourceTimeout: Duration?
+    let observer: any TransferRunObserver
+    let state: Mutex<State>
+
+    package init(
+        engine: TransferEngine,
+        request: TransferRequest,
+        destination: Destination,
+        resourceTimeout: Duration?,
+        observer: any TransferRunObserver
+    ) {
+        self.engine = engine
+        self.initialRequest = request
+        self.destination = destination
+        self.resourceTimeout = resourceTimeout
+        self.observer = observer
+        let resume: ResumePoint? = if case .file(_, let point) = destination { point } else { nil }
+        self.state = Mutex(State(machine: DownloadStateMachine(method: request.method, resume: resume)))
+    }
+
+    /// Starts the run. `completion` is called exactly once, from a task of the run's own.
+    package func start(completion: @escaping @Sendable (TransferOutcome) -> Void) {
+        let task = Task {
+            let outcome = await self.run()
+            completion(outcome)
+        }
+        self.state.withLock { $0.runningTask = task }
+        if let timeout = self.resourceTimeout {
+            Task { [weak self] in
+                try? await Task.sleep(for: timeout)
+                self?.stop(.resourceTimeout)
+            }
+        }
+    }
+
+    /// Asks the run to stop. The run ends with `.stopped` (or `.failed(.timedOut)` for a resource
+    /// timeout) and keeps the bytes on disk. Has no effect once the run has ended or after the
+    /// first call.
+    package func stop(_ reason: StopReason) {
+        let (task, running) = self.state.withLock { state -> (HTTPClient.Task<ExchangeResult>?, Task<Void, Never>?) in
+            guard state.stopReason == nil else { return (nil, nil) }
+            state.stopReason = reason
+            return (state.currentTask, state.runningTask)
+        }
+        task?.cancel()
+        running?.cancel()
+    }
+
+    /// Bytes of the entity on disk right now.
+    package var bytesOnDisk: Int64 { self.state.withLock { $0.machine.bytesOnDisk } }
+
+    // MARK: - The run loop
+
+    private func run() async -> TransferOutcome {
+        var request = self.initialRequest
+        var visited = [request.url]
+        defer { self.state.withLock { $0.file?.close(); $0.file = nil } }
+        while true {
+            if let stopped = self.stoppedOutcome() { return stopped }
+            let host = Self.hostKey(request.url)
+            do {
+                try await self.engine.limiter.acquire(host: host)
+            } catch {
+                return self.stoppedOutcome() ?? self.failure(URLError(.cancelled))
+            }
+            let result = await self.exchange(request)
+            self.engine.limiter.release(host: host)
+
+            switch result {
+            case .completed(let response, let total):
+                return .completed(response: response, bytesOnDisk: total)
+            case .requestAgainWithoutRange:
+                continue
+            case .failed(let error):
+                return self.stoppedOutcome() ?? self.failure(error)
+            case .redirect(let response, let body):
+                let next: RedirectPolicy.NextRequest
+                do {
+                    next = try self.engine.redirectPolicy.nextRequest(
+                        status: response.statusCode,
+                        location: response.headers["Location"],
+                        currentURL: request.url,
+                        method: request.method,
+                        visited: visited
+                    )
+                } catch {
+                    return self.failure(Self.urlError(for: error, url: request.url))
+                }
+                var proposed = request
+                proposed.url = next.url
+                proposed.method = next.method
+                if next.dropsBody { proposed.body = .none }
+                for name in next.headersToRemove { proposed.headers.remove(name: name) }
+                guard let accepted = await self.observer.transferRun(self, willRedirect: response, to: proposed) else {
+                    return self.completeWithRefusedRedirect(response, body: body)
+                }
+                request = accepted
+                visited.append(accepted.url)
+            }
+        }
+    }
+
+    private func stoppedOutcome() -> TransferOutcome? {
+        self.state.withLock { state -> TransferOutcome? in
+            guard let reason = state.stopReason else { return nil }
+            let point = state.machine.transferStopped()
+            if reason == .resourceTimeout {
+                return .failed(
+                    URLError(.timedOut, userInfo: [NSLocalizedDescriptionKey: "the resource timeout ran out"]),
+                    response: state.lastResponse,
+                    resumePoint: point
+                )
+            }
+            return .stopped(reason, response: state.lastResponse, resumePoint: point)
+        }
+    }
+
+    private func failure(_ error: URLError) -> TransferOutcome {
+        self.state.withLock { state in
+            .failed(error, response: state.lastResponse, resumePoint: state.machine.transferStopped())
+        }
+    }
+
+    private func completeWithRefusedRedirect(_ response: ResponseInfo, body: ByteBuffer) -> TransferOutcome {
+        self.observer.transferRun(self, didReceive: response, resumedAtOffset: nil, expectedTotal: Int64(body.readableBytes))
+        switch self.destination {
+        case .observer:
+            self.observer.transferRun(self, didReceive: body)
+            return .completed(response: response, bytesOnDisk: 0)
+        case .file(let path, _):
+            do {
+                let file = try PartialFile.open(path: path)
+                defer { file.close() }
+                try file.truncate(to: 0)
+                try file.write(body, at: 0)
+            } catch {
+                return self.failure(error)
+            }
+            return .completed(response: response, bytesOnDisk: Int64(body.readableBytes))
+        }
+    }
+
+    // MARK: - One exchange
+
+    enum ExchangeResult: Sendable {
+        case completed(ResponseInfo, total: Int64)
+        case redirect(ResponseInfo, body: ByteBuffer)
+        case requestAgainWithoutRange
+        case failed(URLError)
+    }
+
+    private func exchange(_ request: TransferRequest) async -> ExchangeResult {
+        var headers = request.headers
+        if case .file = self.destination {
+            let extra = self.state.withLock { $0.machine.requestWillBeSent() }
+            for (name, value) in extra { headers.replaceOrAdd(name: name, value: value) }
+        }
+        let clientRequest: HTTPClient.Request
+        do {
+            clientRequest = try HTTPClient.Request(
+                url: request.url,
+                method: HTTPMethod(rawValue: request.method),
+                headers: HTTPHeaders(headers.fields.map { ($0.name, $0.value) }),
+                body: Self.body(of: request)
+            )
+        } catch {
+            return .failed(Self.urlError(for: error, url: request.url))
+        }
+        let delegate = ExchangeDelegate(run: self, url: request.url)
+        let task = self.engine.client.execute(request: clientRequest, delegate: delegate)
+        let alreadyStopped = self.state.withLock { state -> Bool in
+            state.currentTask = task
+            return state.stopReason != nil
+        }
+        if alreadyStopped { task.cancel() }
+        let result: ExchangeResult
+        do {
+            result = try await task.futureResult.get()
+        } catch let error as ExchangeDelegate.Abort {
+            switch error {
+            case .requestAgainWithoutRange: result = .requestAgainWithoutRange
+            case .failed(let urlError): result = .failed(urlError)
+            }
+        } catch {
+            result = .failed(Self.urlError(for: error, url: request.url))
+        }
+        self.state.withLock { $0.currentTask = nil }
+        return result
+    }
+
+    private static func body(of request: TransferRequest) -> HTTPClient.Body? {
+        switch request.body {
+        case .none: nil
+        case .data(let data): .bytes(data)
+        }
+    }
+
+    static func hostKey(_ url: URL) -> String {
+        "\(url.scheme ?? "http")://\(url.host ?? ""):\(url.port ?? (url.scheme == "https" ? 443 : 80))"
+    }
+}

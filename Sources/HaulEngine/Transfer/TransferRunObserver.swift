@@ -1,0 +1,35 @@
+import HaulCore
+import NIOCore
+
+/// Receives what a ``TransferRun`` sees while it runs.
+///
+/// All methods but ``transferRun(_:willRedirect:to:)`` are called on an event-loop thread, in
+/// the order of the events, never concurrently for one run: they must return quickly and must
+/// not block. For every final response, `didReceive response` comes once, before any body bytes
+/// of that response; a run that starts over (server ignored the range) reports a new response.
+package protocol TransferRunObserver: AnyObject, Sendable {
+    /// A final (non-redirect) response head arrived and its body will be accepted.
+    ///
+    /// - Parameters:
+    ///   - resumedAtOffset: for downloads that resumed, the offset the body continues at
+    ///     (0 when the server sent the whole entity again); `nil` for fresh transfers.
+    ///   - expectedTotal: the complete entity length, if the server announced it.
+    func transferRun(
+        _ run: TransferRun,
+        didReceive response: ResponseInfo,
+        resumedAtOffset: Int64?,
+        expectedTotal: Int64?
+    )
+
+    /// Body bytes were written to the partial file (downloads). Called once per received chunk.
+    func transferRun(_ run: TransferRun, didWrite byteCount: Int, totalOnDisk: Int64, expectedTotal: Int64?)
+
+    /// Body bytes arrived (data transfers). Called once per received chunk.
+    func transferRun(_ run: TransferRun, didReceive body: ByteBuffer)
+
+    /// A redirect is about to be followed. Return the request to send (possibly modified), or
+    /// `nil` to stop and complete with the redirect response itself. Called on no particular
+    /// thread; the run waits for the answer.
+    func transferRun(_ run: TransferRun, willRedirect response: ResponseInfo, to request: TransferRequest) async
+        -> TransferRequest?
+}

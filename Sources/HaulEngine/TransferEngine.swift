@@ -1,0 +1,61 @@
+import AsyncHTTPClient
+import HaulCore
+import Logging
+import NIOCore
+import NIOPosix
+
+/// Runs transfers for one session: owns the HTTP client (its connection pool), the per-host
+/// connection limit and the redirect rules. Create one per session; call ``shutdown()`` once.
+package final class TransferEngine: Sendable {
+    /// The engine's knobs, copied from a session configuration.
+    package struct Configuration: Sendable {
+        /// Idle timeout: the longest wait for the next byte.
+        package var idleTimeout: Duration = .seconds(60)
+        /// Connect timeout.
+        package var connectTimeout: Duration = .seconds(30)
+        /// Exchanges running at once per host.
+        package var maximumConnectionsPerHost: Int = 6
+        /// Redirects followed in one chain.
+        package var maximumRedirects: Int = 16
+
+        package init() {}
+    }
+
+    let client: HTTPClient
+    package let limiter: HostConnectionLimiter
+    let redirectPolicy: RedirectPolicy
+    package let configuration: Configuration
+
+    package init(configuration: Configuration) {
+        self.configuration = configuration
+        var pool = HTTPClient.Configuration.ConnectionPool(
+            idleTimeout: .seconds(60),
+            concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, configuration.maximumConnectionsPerHost)
+        )
+        // A refused connection should fail now, not be retried until the connect timeout.
+        pool.retryConnectionEstablishment = false
+        var clientConfiguration = HTTPClient.Configuration(
+            redirectConfiguration: .disallow,
+            timeout: .init(
+                connect: .nanoseconds(Self.nanoseconds(configuration.connectTimeout)),
+                read: .nanoseconds(Self.nanoseconds(configuration.idleTimeout))
+            ),
+            connectionPool: pool,
+            decompression: .disabled
+        )
+        clientConfiguration.httpVersion = .automatic
+        self.client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: clientConfiguration)
+        self.limiter = HostConnectionLimiter(limit: configuration.maximumConnectionsPerHost)
+        self.redirectPolicy = RedirectPolicy(maximumRedirects: configuration.maximumRedirects)
+    }
+
+    /// Closes the connection pool. In-flight requests fail.
+    package func shutdown() async {
+        try? await self.client.shutdown()
+    }
+
+    private static func nanoseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+}
