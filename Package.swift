@@ -44,7 +44,12 @@ let package = Package(
         // The public, URLSession-shaped API.
         .target(
             name: "Haul",
-            dependencies: ["HaulCore", "HaulEngine"],
+            dependencies: [
+                "HaulCore",
+                "HaulEngine",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+            ],
             swiftSettings: strictSettings
         ),
         // Everything the `haul` command does; the executable only calls into it.

@@ -6,6 +6,9 @@ import Musl
 import Darwin
 #endif
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import NIOCore
 
 /// The file a download streams into: positioned writes straight from the network buffers,

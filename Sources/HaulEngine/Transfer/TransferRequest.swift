@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import HaulCore
 
 /// A request as the engine sends it: Foundation-free of `URLRequest`'s quirks, `Sendable`.

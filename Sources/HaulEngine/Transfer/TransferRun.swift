@@ -1,5 +1,8 @@
 import AsyncHTTPClient
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import HaulCore
 import NIOCore
 import NIOHTTP1

@@ -1,0 +1,139 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Session-level events, as `URLSessionDelegate`.
+///
+/// All delegate methods of one session are called one at a time on the session's delegate
+/// queue, in the order the events happened. Delegates are held strongly until the session is
+/// invalidated, as URLSession does.
+public protocol TransferSessionDelegate: AnyObject {
+    /// The session became invalid: after ``TransferSession/finishTasksAndInvalidate()`` once its
+    /// last task completed, or after ``TransferSession/invalidateAndCancel()``. Called once,
+    /// last of all the session's delegate calls; `error` is `nil` for an explicit invalidation.
+    func urlSession(_ session: TransferSession, didBecomeInvalidWithError error: (any Error)?)
+}
+
+/// Task-level events, as `URLSessionTaskDelegate`.
+public protocol TransferSessionTaskDelegate: TransferSessionDelegate {
+    /// A redirect is about to be followed. Call `completionHandler` once, with the request to
+    /// send (possibly modified) or `nil` to refuse: the task then completes with the redirect
+    /// response itself. The task waits until it is called. Called once per redirect, before
+    /// any other call for the redirected request.
+    func urlSession(
+        _ session: TransferSession,
+        task: TransferSessionTask,
+        willPerformHTTPRedirection response: HTTPURLResponse,
+        newRequest request: URLRequest,
+        completionHandler: @escaping @Sendable (URLRequest?) -> Void
+    )
+
+    /// The task completed: with `nil` on success (any HTTP status counts as success, as in
+    /// URLSession), or with a `URLError`. Called exactly once per task, as its last call.
+    /// A download that can continue carries resume data in the error's `userInfo` under
+    /// ``TransferSessionDownloadTaskResumeData``.
+    func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?)
+}
+
+/// Data-task events, as `URLSessionDataDelegate`.
+public protocol TransferSessionDataDelegate: TransferSessionTaskDelegate {
+    /// The final response head arrived. Call `completionHandler` once with `.allow` to receive
+    /// the body or `.cancel` to cancel the task; no data is delivered before it is called.
+    /// Called at most once per task, before any `didReceive data`.
+    func urlSession(
+        _ session: TransferSession,
+        dataTask: TransferSessionDataTask,
+        didReceive response: URLResponse,
+        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
+    )
+
+    /// Body bytes arrived. Called zero or more times, in order; the pieces concatenated are
+    /// the body.
+    func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didReceive data: Data)
+}
+
+/// Download-task events, as `URLSessionDownloadDelegate`.
+public protocol TransferSessionDownloadDelegate: TransferSessionTaskDelegate {
+    /// The download finished and its file is at `location`. Move or open the file before
+    /// returning: Haul deletes it afterwards. Called once per successful download, before
+    /// `didCompleteWithError(nil)`.
+    func urlSession(_ session: TransferSession, downloadTask: TransferSessionDownloadTask, didFinishDownloadingTo location: URL)
+
+    /// Bytes were written to the download's file. Called zero or more times between
+    /// `didResumeAtOffset` (if any) and `didFinishDownloadingTo`; consecutive network reads
+    /// may be reported together, so `bytesWritten` is the sum since the previous call.
+    /// `totalBytesExpectedToWrite` is `NSURLSessionTransferSizeUnknown` (-1) when unknown.
+    func urlSession(
+        _ session: TransferSession,
+        downloadTask: TransferSessionDownloadTask,
+        didWriteData bytesWritten: Int64,
+        totalBytesWritten: Int64,
+        totalBytesExpectedToWrite: Int64
+    )
+
+    /// A resumed download continues at `fileOffset` (0 when the server sent the whole entity
+    /// again and the earlier bytes were discarded). Called once per resumed request, before
+    /// its `didWriteData` calls.
+    func urlSession(
+        _ session: TransferSession,
+        downloadTask: TransferSessionDownloadTask,
+        didResumeAtOffset fileOffset: Int64,
+        expectedTotalBytes: Int64
+    )
+}
+
+extension TransferSessionDelegate {
+    public func urlSession(_ session: TransferSession, didBecomeInvalidWithError error: (any Error)?) {}
+}
+
+extension TransferSessionTaskDelegate {
+    public func urlSession(
+        _ session: TransferSession,
+        task: TransferSessionTask,
+        willPerformHTTPRedirection response: HTTPURLResponse,
+        newRequest request: URLRequest,
+        completionHandler: @escaping @Sendable (URLRequest?) -> Void
+    ) {
+        completionHandler(request)
+    }
+
+    public func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {}
+}
+
+extension TransferSessionDataDelegate {
+    public func urlSession(
+        _ session: TransferSession,
+        dataTask: TransferSessionDataTask,
+        didReceive response: URLResponse,
+        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
+    ) {
+        completionHandler(.allow)
+    }
+
+    public func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didReceive data: Data) {}
+}
+
+extension TransferSessionDownloadDelegate {
+    public func urlSession(
+        _ session: TransferSession,
+        downloadTask: TransferSessionDownloadTask,
+        didWriteData bytesWritten: Int64,
+        totalBytesWritten: Int64,
+        totalBytesExpectedToWrite: Int64
+    ) {}
+
+    public func urlSession(
+        _ session: TransferSession,
+        downloadTask: TransferSessionDownloadTask,
+        didResumeAtOffset fileOffset: Int64,
+        expectedTotalBytes: Int64
+    ) {}
+}
+
+/// The `userInfo` key of a failed or cancelled download's error under which its resume data
+/// is found; the same string Foundation uses for `NSURLSessionDownloadTaskResumeData`.
+public let TransferSessionDownloadTaskResumeData = "NSURLSessionDownloadTaskResumeData"
+
+/// `totalBytesExpectedToWrite` when the length is unknown, as `NSURLSessionTransferSizeUnknown`.
+public let TransferSessionTransferSizeUnknown: Int64 = -1

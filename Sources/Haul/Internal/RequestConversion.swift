@@ -1,0 +1,70 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import HaulCore
+import HaulEngine
+
+extension TransferRequest {
+    /// Builds the engine's request from a `URLRequest`, adding the session's extra headers
+    /// where the request does not set them.
+    ///
+    /// - Throws: `URLError(.unsupportedURL)` for schemes other than http and https,
+    ///   `URLError(.badURL)` for a URL without a host.
+    init(_ request: URLRequest, additionalHeaders: [String: String], isDownload: Bool) throws(URLError) {
+        guard let url = request.url else { throw URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: "the request has no URL"]) }
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
+            throw URLError(
+                .unsupportedURL,
+                userInfo: [NSLocalizedDescriptionKey: "unsupported URL \(url.absoluteString): only http and https", NSURLErrorFailingURLErrorKey: url]
+            )
+        }
+        guard let host = url.host, !host.isEmpty else {
+            throw URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: "the URL \(url.absoluteString) has no host", NSURLErrorFailingURLErrorKey: url])
+        }
+        var headers = HTTPHeaderFields()
+        for (name, value) in (request.allHTTPHeaderFields ?? [:]).sorted(by: { $0.key < $1.key }) {
+            headers.add(name: name, value: value)
+        }
+        for (name, value) in additionalHeaders.sorted(by: { $0.key < $1.key }) where !headers.contains(name) {
+            headers.add(name: name, value: value)
+        }
+        if !headers.contains("User-Agent") { headers.add(name: "User-Agent", value: HaulVersion.userAgent) }
+        // A download saves the representation as the server stores it, like wget.
+        if isDownload, !headers.contains("Accept-Encoding") { headers.add(name: "Accept-Encoding", value: "identity") }
+        let body: TransferRequest.Body = request.httpBody.map { .data($0) } ?? .none
+        self.init(url: url, method: request.httpMethod ?? "GET", headers: headers, body: body)
+    }
+
+    /// The `URLRequest` that describes this request.
+    var urlRequest: URLRequest {
+        var request = URLRequest(url: self.url)
+        request.httpMethod = self.method
+        for field in self.headers.fields { request.addValue(field.value, forHTTPHeaderField: field.name) }
+        if case .data(let data) = self.body { request.httpBody = data }
+        return request
+    }
+}
+
+extension ResponseInfo {
+    /// The Foundation response for this head.
+    var httpURLResponse: HTTPURLResponse {
+        var fields: [String: String] = [:]
+        for field in self.headers.fields {
+            if let existing = fields[field.name] {
+                fields[field.name] = existing + ", " + field.value
+            } else {
+                fields[field.name] = field.value
+            }
+        }
+        return HTTPURLResponse(url: self.url, statusCode: self.statusCode, httpVersion: self.httpVersion, headerFields: fields)!
+    }
+}
+
+/// Haul's version, as sent in `User-Agent`.
+public enum HaulVersion {
+    /// The version of this build.
+    public static let string = "0.1.0"
+    /// The default `User-Agent` value.
+    public static let userAgent = "Haul/\(string)"
+}

@@ -1,0 +1,457 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import HaulCore
+import HaulEngine
+import Synchronization
+
+/// A group of transfers sharing one configuration, connection pool and delegate, shaped like
+/// `URLSession` so that URLSession code ports by renaming types.
+///
+/// ```swift
+/// let session = TransferSession(configuration: .default, delegate: self, delegateQueue: nil)
+/// let task = session.downloadTask(with: URL(string: "https://example.com/big.iso")!)
+/// task.resume()
+/// ```
+///
+/// Delegate methods and completion handlers of one session run one at a time on its
+/// ``delegateQueue``, in the order the events happened. The session holds its delegate strongly
+/// until it is invalidated.
+public final class TransferSession: Sendable {
+    /// A session with the default configuration and no delegate, for completion-handler and
+    /// async use. It cannot be invalidated.
+    public static let shared = TransferSession(configuration: .default, delegate: nil, delegateQueue: nil, isShared: true)
+
+    /// The queue delegate methods and completion handlers run on.
+    public let delegateQueue: OperationQueue
+    let delegateBox: DelegateBox
+    let configurationSnapshot: TransferSessionConfiguration.Snapshot
+    private let configurationCopy: UncheckedSendable<TransferSessionConfiguration>
+    let engine: TransferEngine
+    private let isShared: Bool
+    /// Where this session writes in-flight downloads.
+    let downloadDirectory: URL
+
+    private enum Phase {
+        case active
+        case finishing
+        case invalidated
+    }
+
+    private struct State {
+        var tasks: [Int: TransferSessionTask] = [:]
+        var nextIdentifier = 1
+        var phase = Phase.active
+        var sessionDescription: String?
+    }
+
+    private let state = Mutex(State())
+
+    /// Creates a session.
+    ///
+    /// - Parameters:
+    ///   - configuration: copied; later changes to it do not affect the session.
+    ///   - delegate: receives session, task, data and download events; held until invalidation.
+    ///   - delegateQueue: where callbacks run; `nil` creates a serial queue.
+    public convenience init(
+        configuration: TransferSessionConfiguration,
+        delegate: (any TransferSessionDelegate)?,
+        delegateQueue: OperationQueue?
+    ) {
+        self.init(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, isShared: false)
+    }
+
+    /// Creates a session without a delegate.
+    public convenience init(configuration: TransferSessionConfiguration) {
+        self.init(configuration: configuration, delegate: nil, delegateQueue: nil, isShared: false)
+    }
+
+    private init(
+        configuration: TransferSessionConfiguration,
+        delegate: (any TransferSessionDelegate)?,
+        delegateQueue: OperationQueue?,
+        isShared: Bool
+    ) {
+        let copy = configuration.copy()
+        self.configurationCopy = UncheckedSendable(copy)
+        self.configurationSnapshot = copy.snapshot
+        self.delegateBox = DelegateBox(delegate)
+        if let delegateQueue {
+            self.delegateQueue = delegateQueue
+        } else {
+            let queue = OperationQueue()
+            queue.maxConcurrentOperationCount = 1
+            queue.name = "haul.session.delegate"
+            self.delegateQueue = queue
+        }
+        var engineConfiguration = TransferEngine.Configuration()
+        engineConfiguration.idleTimeout = .milliseconds(Int64(copy.timeoutIntervalForRequest * 1000))
+        engineConfiguration.connectTimeout = .milliseconds(Int64(min(copy.timeoutIntervalForRequest, 30) * 1000))
+        engineConfiguration.maximumConnectionsPerHost = copy.httpMaximumConnectionsPerHost
+        engineConfiguration.maximumRedirects = copy.maximumRedirects
+        self.engine = TransferEngine(configuration: engineConfiguration)
+        self.isShared = isShared
+        switch copy.kind {
+        case .default:
+            self.downloadDirectory = copy.temporaryDirectory
+        case .ephemeral:
+            self.downloadDirectory = copy.temporaryDirectory.appendingPathComponent(
+                "ephemeral-\(UUID().uuidString)",
+                isDirectory: true
+            )
+        }
+    }
+
+    /// A copy of the configuration the session was created with.
+    public var configuration: TransferSessionConfiguration { self.configurationCopy.value.copy() }
+
+    /// The session's delegate, until it is invalidated.
+    public var delegate: (any TransferSessionDelegate)? { self.delegateBox.value }
+
+    /// A description of your choosing.
+    public var sessionDescription: String? {
+        get { self.state.withLock { $0.sessionDescription } }
+        set { self.state.withLock { $0.sessionDescription = newValue } }
+    }
+
+    // MARK: - Download tasks
+
+    /// A download of `url`. The task starts suspended.
+    public func downloadTask(with url: URL) -> TransferSessionDownloadTask {
+        self.downloadTask(with: URLRequest(url: url))
+    }
+
+    /// A download of `request`. The task starts suspended.
+    public func downloadTask(with request: URLRequest) -> TransferSessionDownloadTask {
+        self.makeDownloadTask(request: request, handsOverFile: false, completionHandler: nil)
+    }
+
+    /// A download whose result goes to `completionHandler` instead of the delegate. The handler
+    /// gets the file's URL (move it before returning), the response, or the error.
+    public func downloadTask(
+        with url: URL,
+        completionHandler: @escaping @Sendable (URL?, URLResponse?, (any Error)?) -> Void
+    ) -> TransferSessionDownloadTask {
+        self.downloadTask(with: URLRequest(url: url), completionHandler: completionHandler)
+    }
+
+    /// A download whose result goes to `completionHandler` instead of the delegate.
+    public func downloadTask(
+        with request: URLRequest,
+        completionHandler: @escaping @Sendable (URL?, URLResponse?, (any Error)?) -> Void
+    ) -> TransferSessionDownloadTask {
+        self.makeDownloadTask(request: request, handsOverFile: false, completionHandler: completionHandler)
+    }
+
+    /// A download that continues from resume data produced by
+    /// ``TransferSessionDownloadTask/cancel(byProducingResumeData:)`` or found in a failed
+    /// download's error. Corrupt or foreign data, or a partial file that no longer exists, makes
+    /// the task fail with a `URLError` once resumed.
+    public func downloadTask(withResumeData resumeData: Data) -> TransferSessionDownloadTask {
+        self.makeDownloadTask(resumeData: resumeData, handsOverFile: false, completionHandler: nil)
+    }
+
+    /// Like ``downloadTask(withResumeData:)``, with the result going to `completionHandler`.
+    public func downloadTask(
+        withResumeData resumeData: Data,
+        completionHandler: @escaping @Sendable (URL?, URLResponse?, (any Error)?) -> Void
+    ) -> TransferSessionDownloadTask {
+        self.makeDownloadTask(resumeData: resumeData, handsOverFile: false, completionHandler: completionHandler)
+    }
+
+    // MARK: - Data and upload tasks
+
+    /// A data task for `url`. The task starts suspended.
+    public func dataTask(with url: URL) -> TransferSessionDataTask {
+        self.dataTask(with: URLRequest(url: url))
+    }
+
+    /// A data task for `request` (any method; `httpBody` is sent). The task starts suspended.
+    public func dataTask(with request: URLRequest) -> TransferSessionDataTask {
+        self.makeDataTask(request: request, completionHandler: nil)
+    }
+
+    /// A data task whose whole body goes to `completionHandler`.
+    public func dataTask(
+        with url: URL,
+        completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+    ) -> TransferSessionDataTask {
+        self.dataTask(with: URLRequest(url: url), completionHandler: completionHandler)
+    }
+
+    /// A data task whose whole body goes to `completionHandler`.
+    public func dataTask(
+        with request: URLRequest,
+        completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+    ) -> TransferSessionDataTask {
+        self.makeDataTask(request: request, completionHandler: completionHandler)
+    }
+
+    /// An upload of `bodyData` with `request` (POST unless the request says otherwise).
+    public func uploadTask(with request: URLRequest, from bodyData: Data) -> TransferSessionUploadTask {
+        self.makeUploadTask(request: request, body: bodyData, completionHandler: nil)
+    }
+
+    /// An upload of `bodyData` whose response body goes to `completionHandler`.
+    public func uploadTask(
+        with request: URLRequest,
+        from bodyData: Data,
+        completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+    ) -> TransferSessionUploadTask {
+        self.makeUploadTask(request: request, body: bodyData, completionHandler: completionHandler)
+    }
+
+    // MARK: - Tasks and invalidation
+
+    /// Every task of the session that has not completed, passed to `completionHandler` on the
+    /// delegate queue.
+    public func getAllTasks(completionHandler: @escaping @Sendable ([TransferSessionTask]) -> Void) {
+        let tasks = self.currentTasks
+        self.delegateQueue.addOperation { completionHandler(tasks) }
+    }
+
+    /// Every task of the session that has not completed.
+    public var allTasks: [TransferSessionTask] {
+        get async { self.currentTasks }
+    }
+
+    /// The session's unfinished tasks by kind, as `getTasksWithCompletionHandler`.
+    public func getTasksWithCompletionHandler(
+        _ completionHandler: @escaping @Sendable (
+            [TransferSessionDataTask], [TransferSessionUploadTask], [TransferSessionDownloadTask]
+        ) -> Void
+    ) {
+        let tasks = self.currentTasks
+        self.delegateQueue.addOperation {
+            completionHandler(
+                tasks.compactMap { $0 as? TransferSessionDataTask }.filter { !($0 is TransferSessionUploadTask) },
+                tasks.compactMap { $0 as? TransferSessionUploadTask },
+                tasks.compactMap { $0 as? TransferSessionDownloadTask }
+            )
+        }
+    }
+
+    private var currentTasks: [TransferSessionTask] {
+        self.state.withLock { $0.tasks.values.sorted { $0.taskIdentifier < $1.taskIdentifier } }
+    }
+
+    /// Lets running tasks finish, refuses new ones, then calls `didBecomeInvalidWithError(nil)`
+    /// and releases the delegate. No effect on ``shared``.
+    public func finishTasksAndInvalidate() {
+        guard !self.isShared else { return }
+        let invalidateNow = self.state.withLock { state -> Bool in
+            guard state.phase == .active else { return false }
+            state.phase = .finishing
+            return state.tasks.isEmpty
+        }
+        if invalidateNow { self.invalidate() }
+    }
+
+    /// Cancels every task and invalidates the session. No effect on ``shared``.
+    public func invalidateAndCancel() {
+        guard !self.isShared else { return }
+        let (tasks, invalidateNow) = self.state.withLock { state -> ([TransferSessionTask], Bool) in
+            guard state.phase != .invalidated else { return ([], false) }
+            state.phase = .finishing
+            return (Array(state.tasks.values), state.tasks.isEmpty)
+        }
+        for task in tasks { task.cancel() }
+        // Tasks never resumed cannot complete on their own: cancel() completes them now.
+        if invalidateNow { self.invalidate() }
+    }
+
+    private func invalidate() {
+        self.state.withLock { $0.phase = .invalidated }
+        let box = self.delegateBox
+        self.delegateQueue.addOperation {
+            box.value?.urlSession(self, didBecomeInvalidWithError: nil)
+            box.clear()
+        }
+        let engine = self.engine
+        let ephemeralDirectory = self.configurationSnapshot.kind == .ephemeral ? self.downloadDirectory : nil
+        Task {
+            await engine.shutdown()
+            if let ephemeralDirectory { try? FileManager.default.removeItem(at: ephemeralDirectory) }
+        }
+    }
+
+    // MARK: - Internal plumbing
+
+    /// Runs `body` on the delegate queue with the current delegate (if any).
+    func enqueueDelegateCall(_ body: @escaping @Sendable ((any TransferSessionDelegate)?) -> Void) {
+        let box = self.delegateBox
+        self.delegateQueue.addOperation { body(box.value) }
+    }
+
+    func taskDidComplete(_ task: TransferSessionTask) {
+        let invalidateNow = self.state.withLock { state -> Bool in
+            state.tasks[task.taskIdentifier] = nil
+            return state.phase == .finishing && state.tasks.isEmpty
+        }
+        if invalidateNow { self.invalidate() }
+    }
+
+    private func register<T: TransferSessionTask>(_ make: (Int) -> T) -> T {
+        self.state.withLock { state in
+            let task = make(state.nextIdentifier)
+            state.nextIdentifier += 1
+            if state.phase == .active {
+                state.tasks[task.taskIdentifier] = task
+            } else {
+                task.inner.withLock {
+                    $0.creationError = URLError(
+                        .cancelled,
+                        userInfo: [NSLocalizedDescriptionKey: "the session was invalidated; no new tasks can run in it"]
+                    )
+                }
+            }
+            return task
+        }
+    }
+
+    func newPartialFilePath() -> String {
+        try? FileManager.default.createDirectory(
+            at: self.downloadDirectory,
+            withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700]
+        )
+        return self.downloadDirectory.appendingPathComponent("haul-\(UUID().uuidString).download").path
+    }
+
+    func makeDownloadTask(
+        request: URLRequest,
+        handsOverFile: Bool,
+        completionHandler: TransferSessionDownloadTask.CompletionHandler?
+    ) -> TransferSessionDownloadTask {
+        let path = self.newPartialFilePath()
+        let task = self.register { identifier in
+            TransferSessionDownloadTask(
+                session: self,
+                identifier: identifier,
+                request: request,
+                partialFilePath: path,
+                handsOverFile: handsOverFile,
+                completionHandler: completionHandler
+            )
+        }
+        self.prepare(task, request: request, isDownload: true)
+        return task
+    }
+
+    func makeDownloadTask(
+        resumeData data: Data,
+        handsOverFile: Bool,
+        completionHandler: TransferSessionDownloadTask.CompletionHandler?
+    ) -> TransferSessionDownloadTask {
+        let resumeData: ResumeData
+        do {
+            resumeData = try ResumeData.decode(data)
+        } catch {
+            return self.failedDownloadTask(
+                URLError(.cannotDecodeRawData, userInfo: [NSLocalizedDescriptionKey: "cannot resume: \(error)"]),
+                handsOverFile: handsOverFile,
+                completionHandler: completionHandler
+            )
+        }
+        guard let onDisk = PartialFile.size(at: resumeData.partialFilePath) else {
+            return self.failedDownloadTask(
+                URLError(
+                    .fileDoesNotExist,
+                    userInfo: [
+                        NSLocalizedDescriptionKey:
+                            "cannot resume: the partial file \(resumeData.partialFilePath) no longer exists",
+                        NSURLErrorFailingURLErrorKey: resumeData.url,
+                    ]
+                ),
+                handsOverFile: handsOverFile,
+                completionHandler: completionHandler
+            )
+        }
+        var request = URLRequest(url: resumeData.url)
+        var headers = resumeData.requestHeaders
+        headers.remove(name: "Range")
+        headers.remove(name: "If-Range")
+        for field in headers.fields { request.addValue(field.value, forHTTPHeaderField: field.name) }
+        let task = self.register { identifier in
+            TransferSessionDownloadTask(
+                session: self,
+                identifier: identifier,
+                request: request,
+                partialFilePath: resumeData.partialFilePath,
+                handsOverFile: handsOverFile,
+                completionHandler: completionHandler
+            )
+        }
+        // Bytes beyond the recorded offset may be torn; fewer bytes are still a valid prefix.
+        var point = resumeData.resumePoint
+        point.offset = min(point.offset, onDisk)
+        task.inner.withLock { inner in
+            inner.engineRequest = TransferRequest(url: resumeData.url, method: "GET", headers: headers)
+            inner.resumePoint = point.offset > 0 ? point : nil
+            inner.countOfBytesReceived = point.offset
+            inner.countOfBytesExpectedToReceive = point.entityLength ?? TransferSessionTransferSizeUnknown
+        }
+        return task
+    }
+
+    private func failedDownloadTask(
+        _ error: URLError,
+        handsOverFile: Bool,
+        completionHandler: TransferSessionDownloadTask.CompletionHandler?
+    ) -> TransferSessionDownloadTask {
+        let task = self.register { identifier in
+            TransferSessionDownloadTask(
+                session: self,
+                identifier: identifier,
+                request: nil,
+                partialFilePath: self.downloadDirectory.appendingPathComponent("unused-\(UUID().uuidString)").path,
+                handsOverFile: handsOverFile,
+                completionHandler: completionHandler
+            )
+        }
+        task.inner.withLock { $0.creationError = error }
+        return task
+    }
+
+    func makeDataTask(request: URLRequest, completionHandler: TransferSessionDataTask.CompletionHandler?)
+        -> TransferSessionDataTask
+    {
+        let task = self.register { identifier in
+            TransferSessionDataTask(session: self, identifier: identifier, request: request, completionHandler: completionHandler)
+        }
+        self.prepare(task, request: request, isDownload: false)
+        return task
+    }
+
+    func makeUploadTask(
+        request: URLRequest,
+        body: Data,
+        completionHandler: TransferSessionDataTask.CompletionHandler?
+    ) -> TransferSessionUploadTask {
+        var request = request
+        if request.httpMethod == nil || request.httpMethod == "GET" { request.httpMethod = "POST" }
+        request.httpBody = body
+        let task = self.register { identifier in
+            TransferSessionUploadTask(session: self, identifier: identifier, request: request, completionHandler: completionHandler)
+        }
+        self.prepare(task, request: request, isDownload: false)
+        task.inner.withLock { $0.countOfBytesExpectedToSend = Int64(body.count) }
+        return task
+    }
+
+    private func prepare(_ task: TransferSessionTask, request: URLRequest, isDownload: Bool) {
+        do {
+            let engineRequest = try TransferRequest(
+                request,
+                additionalHeaders: self.configurationSnapshot.httpAdditionalHeaders,
+                isDownload: isDownload
+            )
+            task.inner.withLock { inner in
+                if inner.creationError == nil { inner.engineRequest = engineRequest }
+            }
+        } catch {
+            task.inner.withLock { $0.creationError = error }
+        }
+    }
+}

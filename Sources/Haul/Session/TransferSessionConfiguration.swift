@@ -1,0 +1,101 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The behaviour of a ``TransferSession``, shaped like `URLSessionConfiguration`.
+///
+/// A session copies its configuration when it is created: changing a configuration object
+/// afterwards does not affect sessions made from it.
+///
+/// ```swift
+/// let configuration = TransferSessionConfiguration.default
+/// configuration.timeoutIntervalForRequest = 30
+/// let session = TransferSession(configuration: configuration, delegate: self, delegateQueue: nil)
+/// ```
+public final class TransferSessionConfiguration: @unchecked Sendable {
+    // @unchecked: like URLSessionConfiguration this is a mutable settings object meant to be
+    // filled in on one thread before a session copies it; sessions never share it.
+
+    /// A session with the default behaviour. Each access returns a new object.
+    public class var `default`: TransferSessionConfiguration { TransferSessionConfiguration(kind: .default) }
+
+    /// A session that keeps nothing on disk beyond in-flight download files, which are removed
+    /// when the session is invalidated. Each access returns a new object.
+    public class var ephemeral: TransferSessionConfiguration { TransferSessionConfiguration(kind: .ephemeral) }
+
+    enum Kind: Sendable, Hashable {
+        case `default`
+        case ephemeral
+    }
+
+    let kind: Kind
+
+    /// The longest time to wait for the next byte of a request or response (idle timeout), in
+    /// seconds. Default 60.
+    public var timeoutIntervalForRequest: TimeInterval = 60
+    /// The longest time a whole task may take, in seconds, retries and resumes included.
+    /// Default 7 days.
+    public var timeoutIntervalForResource: TimeInterval = 7 * 24 * 3600
+    /// Headers added to every request that does not set them itself.
+    public var httpAdditionalHeaders: [String: String]?
+    /// Requests running at once against one host; more wait their turn. Default 6.
+    public var httpMaximumConnectionsPerHost: Int = 6
+    /// Redirects followed in one chain before the task fails with `httpTooManyRedirects`.
+    /// Default 16, as URLSession.
+    public var maximumRedirects: Int = 16
+    /// Where in-flight downloads are written. Default: `$TMPDIR/haul` (created when needed).
+    public var temporaryDirectory: URL = FileManager.default.temporaryDirectory.appendingPathComponent("haul", isDirectory: true)
+    /// Kept for source compatibility with URLSession code; Linux has no cellular policy.
+    public var allowsCellularAccess: Bool = true
+    /// Kept for source compatibility; in-process sessions always run tasks at once.
+    public var isDiscretionary: Bool = false
+    /// Kept for source compatibility; connectivity is not awaited.
+    public var waitsForConnectivity: Bool = false
+
+    /// The identifier of a background session, `nil` for in-process sessions.
+    public internal(set) var identifier: String?
+
+    init(kind: Kind) {
+        self.kind = kind
+    }
+
+    /// An independent copy, as `URLSessionConfiguration.copy()`.
+    public func copy() -> TransferSessionConfiguration {
+        let copy = TransferSessionConfiguration(kind: self.kind)
+        copy.timeoutIntervalForRequest = self.timeoutIntervalForRequest
+        copy.timeoutIntervalForResource = self.timeoutIntervalForResource
+        copy.httpAdditionalHeaders = self.httpAdditionalHeaders
+        copy.httpMaximumConnectionsPerHost = self.httpMaximumConnectionsPerHost
+        copy.maximumRedirects = self.maximumRedirects
+        copy.temporaryDirectory = self.temporaryDirectory
+        copy.allowsCellularAccess = self.allowsCellularAccess
+        copy.isDiscretionary = self.isDiscretionary
+        copy.waitsForConnectivity = self.waitsForConnectivity
+        copy.identifier = self.identifier
+        return copy
+    }
+
+    /// The immutable snapshot a session keeps.
+    var snapshot: Snapshot {
+        Snapshot(
+            kind: self.kind,
+            timeoutIntervalForRequest: self.timeoutIntervalForRequest,
+            timeoutIntervalForResource: self.timeoutIntervalForResource,
+            httpAdditionalHeaders: self.httpAdditionalHeaders ?? [:],
+            httpMaximumConnectionsPerHost: self.httpMaximumConnectionsPerHost,
+            maximumRedirects: self.maximumRedirects,
+            temporaryDirectory: self.temporaryDirectory
+        )
+    }
+
+    struct Snapshot: Sendable {
+        var kind: Kind
+        var timeoutIntervalForRequest: TimeInterval
+        var timeoutIntervalForResource: TimeInterval
+        var httpAdditionalHeaders: [String: String]
+        var httpMaximumConnectionsPerHost: Int
+        var maximumRedirects: Int
+        var temporaryDirectory: URL
+    }
+}

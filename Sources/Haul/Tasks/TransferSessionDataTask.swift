@@ -1,0 +1,119 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import HaulCore
+import HaulEngine
+
+/// A task that delivers a response body in memory, as `URLSessionDataTask`.
+///
+/// With a completion handler, the whole body is collected and handed over at the end; otherwise
+/// the delegate gets `didReceive response` (and must allow it) and then the body in pieces.
+public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
+    typealias CompletionHandler = @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+
+    private let completionHandler: CompletionHandler?
+
+    init(session: TransferSession, identifier: Int, request: URLRequest?, completionHandler: CompletionHandler?) {
+        self.completionHandler = completionHandler
+        super.init(session: session, identifier: identifier, kind: .data, request: request)
+    }
+
+    override var hasDelegateCallbacks: Bool { self.completionHandler == nil }
+
+    override func responseReceived(_ response: HTTPURLResponse, resumedAtOffset: Int64?, expectedTotal: Int64?) {
+        guard self.completionHandler == nil else { return }
+        let session = self.session
+        let delivered = UncheckedSendable(response)
+        self.inner.withLock { inner in
+            inner.dataGate = .awaitingDisposition(buffered: [])
+            session.enqueueDelegateCall { delegate in
+                guard let dataDelegate = delegate as? any TransferSessionDataDelegate else {
+                    self.dispositionDecided(.allow)
+                    return
+                }
+                let once = OnceFlag()
+                dataDelegate.urlSession(session, dataTask: self, didReceive: delivered.value) { disposition in
+                    if once.claim() { self.dispositionDecided(disposition) }
+                }
+            }
+        }
+    }
+
+    private func dispositionDecided(_ disposition: URLSession.ResponseDisposition) {
+        let session = self.session
+        guard disposition == .allow else {
+            let completion = self.inner.withLock { inner in
+                inner.dataGate = .refused
+                defer { inner.pendingCompletion = nil }
+                return inner.pendingCompletion
+            }
+            self.cancel()
+            completion?()
+            return
+        }
+        self.inner.withLock { inner in
+            if case .awaitingDisposition(let buffered) = inner.dataGate, !buffered.isEmpty {
+                let chunks = buffered
+                session.enqueueDelegateCall { delegate in
+                    for chunk in chunks {
+                        (delegate as? any TransferSessionDataDelegate)?.urlSession(session, dataTask: self, didReceive: chunk)
+                    }
+                }
+            }
+            inner.dataGate = .open
+            if let completion = inner.pendingCompletion {
+                inner.pendingCompletion = nil
+                session.enqueueDelegateCall { _ in completion() }
+            }
+        }
+    }
+
+    override func bodyReceived(_ data: Data) {
+        let session = self.session
+        self.inner.withLock { inner in
+            inner.countOfBytesReceived += Int64(data.count)
+            if self.completionHandler != nil {
+                inner.receivedData.append(data)
+                return
+            }
+            switch inner.dataGate {
+            case .open:
+                // Enqueued under the lock so that pieces keep their order.
+                session.enqueueDelegateCall { delegate in
+                    (delegate as? any TransferSessionDataDelegate)?.urlSession(session, dataTask: self, didReceive: data)
+                }
+            case .awaitingDisposition(var buffered):
+                buffered.append(data)
+                inner.dataGate = .awaitingDisposition(buffered: buffered)
+            case .refused:
+                break
+            }
+        }
+    }
+
+    override func deliverCompletion(error: (any Error)?) {
+        let session = self.session
+        if let handler = self.completionHandler {
+            let (data, response) = self.inner.withLock { ($0.receivedData, UncheckedSendable($0.response)) }
+            session.enqueueDelegateCall { _ in handler(error == nil ? data : nil, response.value, error) }
+            return
+        }
+        let deliver: @Sendable () -> Void = {
+            (session.delegateBox.value as? any TransferSessionTaskDelegate)?.urlSession(
+                session,
+                task: self,
+                didCompleteWithError: error
+            )
+        }
+        let deferred = self.inner.withLock { inner -> Bool in
+            guard case .awaitingDisposition = inner.dataGate else { return false }
+            inner.pendingCompletion = deliver
+            return true
+        }
+        if !deferred { session.enqueueDelegateCall { _ in deliver() } }
+    }
+}
+
+/// A data task whose request carries a body, as `URLSessionUploadTask`.
+public final class TransferSessionUploadTask: TransferSessionDataTask, @unchecked Sendable {}

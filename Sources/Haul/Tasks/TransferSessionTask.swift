@@ -1,0 +1,384 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import HaulCore
+import HaulEngine
+import NIOCore
+import NIOFoundationCompat
+import Synchronization
+
+/// A transfer in a ``TransferSession``, as `URLSessionTask`. Tasks start suspended: call
+/// ``resume()``.
+///
+/// All members are thread-safe.
+public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringConvertible {
+    // @unchecked Sendable: a non-final class cannot be checked; every mutable field lives in
+    // `inner`, a Mutex, and the rest is immutable.
+
+    /// The task's identifier, unique within its session.
+    public let taskIdentifier: Int
+    /// The request the task was created with (`nil` for a download created from resume data
+    /// that could not be decoded).
+    public let originalRequest: URLRequest?
+    /// How much of the task is done, for UI binding.
+    public let progress: Progress
+
+    /// The default value of ``priority``.
+    public static let defaultPriority: Float = 0.5
+    /// The lowest priority.
+    public static let lowPriority: Float = 0.0
+    /// The highest priority.
+    public static let highPriority: Float = 1.0
+
+    enum Kind {
+        case data
+        case download
+    }
+
+    struct Inner {
+        var lifecycle = TaskLifecycleStateMachine()
+        var currentRequest: URLRequest?
+        var engineRequest: TransferRequest?
+        var response: URLResponse?
+        var error: (any Error)?
+        var taskDescription: String?
+        var priority: Float = TransferSessionTask.defaultPriority
+        var countOfBytesReceived: Int64 = 0
+        var countOfBytesExpectedToReceive: Int64 = TransferSessionTransferSizeUnknown
+        var countOfBytesSent: Int64 = 0
+        var countOfBytesExpectedToSend: Int64 = 0
+        var run: TransferRun?
+        /// Where the transfer stands after a pause, for the next start.
+        var resumePoint: ResumePoint?
+        /// The error a task created from bad input completes with when resumed.
+        var creationError: URLError?
+        /// Callbacks waiting for resume data from a cancel in progress.
+        var resumeDataCallbacks: [@Sendable (Data?) -> Void] = []
+        var wantsResumeData = false
+        /// Progress not yet delivered to the delegate.
+        var pendingBytesWritten: Int64 = 0
+        var isProgressDeliveryScheduled = false
+        /// Data-task body gate: bytes wait here until the delegate allows the response.
+        var dataGate = DataGate.open
+        var receivedData = Data()
+        var pendingCompletion: (@Sendable () -> Void)?
+    }
+
+    enum DataGate {
+        case open
+        case awaitingDisposition(buffered: [Data])
+        case refused
+    }
+
+    let kind: Kind
+    let session: TransferSession
+    let inner: Mutex<Inner>
+
+    init(session: TransferSession, identifier: Int, kind: Kind, request: URLRequest?) {
+        self.session = session
+        self.taskIdentifier = identifier
+        self.kind = kind
+        self.originalRequest = request
+        self.progress = Progress(totalUnitCount: -1)
+        var inner = Inner()
+        inner.currentRequest = request
+        self.inner = Mutex(inner)
+    }
+
+    /// The request being sent now (it changes when a redirect is followed).
+    public var currentRequest: URLRequest? { self.inner.withLock { $0.currentRequest } }
+    /// The final response, once its head arrived.
+    public var response: URLResponse? { self.inner.withLock { $0.response } }
+    /// The error the task completed with, if any.
+    public var error: (any Error)? { self.inner.withLock { $0.error } }
+    /// The task's state, as `URLSessionTask.State`.
+    public var state: URLSessionTask.State {
+        URLSessionTask.State(rawValue: self.inner.withLock { $0.lifecycle.publicState.rawValue })!
+    }
+
+    /// A description of your choosing.
+    public var taskDescription: String? {
+        get { self.inner.withLock { $0.taskDescription } }
+        set { self.inner.withLock { $0.taskDescription = newValue } }
+    }
+
+    /// The task's priority from 0 to 1. Kept for API compatibility; in-process sessions do not
+    /// reorder tasks by it.
+    public var priority: Float {
+        get { self.inner.withLock { $0.priority } }
+        set { self.inner.withLock { $0.priority = min(1, max(0, newValue)) } }
+    }
+
+    /// Body bytes received so far (for downloads: bytes of the entity on disk).
+    public var countOfBytesReceived: Int64 { self.inner.withLock { $0.countOfBytesReceived } }
+    /// The expected body length, or ``TransferSessionTransferSizeUnknown``.
+    public var countOfBytesExpectedToReceive: Int64 { self.inner.withLock { $0.countOfBytesExpectedToReceive } }
+    /// Request body bytes sent.
+    public var countOfBytesSent: Int64 { self.inner.withLock { $0.countOfBytesSent } }
+    /// The request body length.
+    public var countOfBytesExpectedToSend: Int64 { self.inner.withLock { $0.countOfBytesExpectedToSend } }
+
+    /// Starts the task, or continues it after ``suspend()``. A suspended download continues from
+    /// the bytes already on disk when the server allows it. No effect on a running, canceling or
+    /// completed task.
+    public func resume() {
+        let action = self.inner.withLock { $0.lifecycle.resumeCalled() }
+        self.perform(action)
+    }
+
+    /// Pauses the task. A running download stops its connection and keeps its bytes; ``resume()``
+    /// continues with a range request. No effect unless the task is running.
+    public func suspend() {
+        let action = self.inner.withLock { $0.lifecycle.suspendCalled() }
+        self.perform(action)
+    }
+
+    /// Cancels the task. It completes with `URLError(.cancelled)`. No effect once completed.
+    public func cancel() {
+        let action = self.inner.withLock { $0.lifecycle.cancelCalled() }
+        self.perform(action)
+    }
+
+    public static func == (lhs: TransferSessionTask, rhs: TransferSessionTask) -> Bool { lhs === rhs }
+
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+
+    public var description: String {
+        "<\(type(of: self)) \(self.taskIdentifier) \(self.originalRequest?.url?.absoluteString ?? "-")>"
+    }
+
+    // MARK: - Running lifecycle actions
+
+    func perform(_ action: TaskLifecycleStateMachine.Action) {
+        switch action {
+        case .none:
+            break
+        case .startTransfer:
+            self.startTransfer()
+        case .pauseTransfer:
+            self.inner.withLock { $0.run }?.stop(.pause)
+        case .cancelTransfer:
+            self.inner.withLock { $0.run }?.stop(.cancel)
+        case .completeAsCancelled:
+            self.completeAsCancelled()
+        case .deliverResult:
+            preconditionFailure("deliverResult is handled with the outcome that caused it")
+        }
+    }
+
+    private func startTransfer() {
+        let (request, creationError, resumePoint) = self.inner.withLock { ($0.engineRequest, $0.creationError, $0.resumePoint) }
+        guard let request, creationError == nil else {
+            self.finish(error: creationError ?? URLError(.badURL))
+            return
+        }
+        let destination: TransferRun.Destination
+        switch self.kind {
+        case .data: destination = .observer
+        case .download: destination = .file(path: self.partialFilePath, resume: resumePoint)
+        }
+        let configuration = self.session.configurationSnapshot
+        let run = TransferRun(
+            engine: self.session.engine,
+            request: request,
+            destination: destination,
+            resourceTimeout: .seconds(configuration.timeoutIntervalForResource),
+            observer: self
+        )
+        self.inner.withLock { $0.run = run }
+        run.start { [self] outcome in
+            self.handle(outcome)
+        }
+    }
+
+    /// Whether data/download delegate methods are called (not for tasks created with a
+    /// completion handler, as in URLSession). Redirect decisions still go to the delegate.
+    var hasDelegateCallbacks: Bool { true }
+
+    /// A final response head arrived (on an event loop).
+    func responseReceived(_ response: HTTPURLResponse, resumedAtOffset: Int64?, expectedTotal: Int64?) {}
+
+    /// Data-task body bytes arrived (on an event loop).
+    func bodyReceived(_ data: Data) {}
+
+    /// Download progress is pending and no delivery is queued yet.
+    func scheduleProgressDelivery() {}
+
+    /// The partial file of a download task; data tasks never use it.
+    var partialFilePath: String { preconditionFailure("only download tasks have a partial file") }
+
+    // MARK: - Outcomes
+
+    private func handle(_ outcome: TransferOutcome) {
+        switch outcome {
+        case .stopped(.pause, _, let point):
+            let action = self.inner.withLock { inner in
+                inner.run = nil
+                inner.resumePoint = point
+                return inner.lifecycle.transferStopped()
+            }
+            self.perform(action)
+        case .stopped(_, _, let point):
+            let action = self.inner.withLock { inner in
+                inner.run = nil
+                inner.resumePoint = point
+                return inner.lifecycle.transferStopped()
+            }
+            self.perform(action)
+        case .completed(let response, let total):
+            let action = self.inner.withLock { inner in
+                inner.run = nil
+                inner.resumePoint = nil
+                return inner.lifecycle.transferFinished()
+            }
+            if action == .deliverResult {
+                self.deliverSuccess(response: response, bytesOnDisk: total)
+            } else {
+                self.perform(action)
+            }
+        case .failed(let error, _, let point):
+            let action = self.inner.withLock { inner in
+                inner.run = nil
+                inner.resumePoint = point
+                return inner.lifecycle.transferFinished()
+            }
+            if action == .deliverResult {
+                self.finish(error: self.errorAddingResumeData(error, point: point))
+            } else {
+                self.perform(action)
+            }
+        }
+    }
+
+    /// Completes the task as cancelled (possibly with resume data).
+    func completeAsCancelled() {
+        let (point, wantsResumeData) = self.inner.withLock { ($0.resumePoint, $0.wantsResumeData) }
+        let resumeData = wantsResumeData ? self.makeResumeData(point) : nil
+        self.deliverResumeData(resumeData)
+        if resumeData == nil { self.discardPartialFile() }
+        var userInfo: [String: Any] = [NSLocalizedDescriptionKey: "cancelled"]
+        if let url = self.currentRequest?.url { userInfo[NSURLErrorFailingURLErrorKey] = url }
+        if let resumeData { userInfo[TransferSessionDownloadTaskResumeData] = resumeData }
+        self.finish(error: URLError(.cancelled, userInfo: userInfo))
+    }
+
+    func deliverResumeData(_ data: Data?) {
+        let callbacks = self.inner.withLock { inner in
+            defer { inner.resumeDataCallbacks = [] }
+            return inner.resumeDataCallbacks
+        }
+        for callback in callbacks { callback(data) }
+    }
+
+    func errorAddingResumeData(_ error: URLError, point: ResumePoint?) -> URLError {
+        var userInfo = error.userInfo
+        if userInfo[NSURLErrorFailingURLErrorKey] == nil, let url = self.currentRequest?.url {
+            userInfo[NSURLErrorFailingURLErrorKey] = url
+        }
+        if let data = self.makeResumeData(point) {
+            userInfo[TransferSessionDownloadTaskResumeData] = data
+        } else {
+            self.discardPartialFile()
+        }
+        return URLError(error.code, userInfo: userInfo)
+    }
+
+    /// Resume data for `point`; `nil` for data tasks and for downloads that cannot resume.
+    func makeResumeData(_ point: ResumePoint?) -> Data? { nil }
+
+    func discardPartialFile() {}
+
+    func deliverSuccess(response: ResponseInfo, bytesOnDisk: Int64) {
+        self.finish(error: nil)
+    }
+
+    /// Records the final error (nil for success) and delivers the completion, then tells the
+    /// session the task is done.
+    func finish(error: (any Error)?) {
+        self.inner.withLock { $0.error = error }
+        self.deliverCompletion(error: error)
+        self.session.taskDidComplete(self)
+    }
+
+    /// Delivers the completion callback(s) for `error`. Overridden per kind.
+    func deliverCompletion(error: (any Error)?) {
+        let session = self.session
+        session.enqueueDelegateCall { delegate in
+            (delegate as? any TransferSessionTaskDelegate)?.urlSession(session, task: self, didCompleteWithError: error)
+        }
+    }
+}
+
+extension TransferSessionTask: TransferRunObserver {
+    package func transferRun(
+        _ run: TransferRun,
+        didReceive response: ResponseInfo,
+        resumedAtOffset: Int64?,
+        expectedTotal: Int64?
+    ) {
+        let httpResponse = response.httpURLResponse
+        self.inner.withLock { inner in
+            inner.response = httpResponse
+            inner.countOfBytesReceived = resumedAtOffset ?? 0
+            inner.countOfBytesExpectedToReceive = expectedTotal ?? TransferSessionTransferSizeUnknown
+        }
+        self.responseReceived(httpResponse, resumedAtOffset: resumedAtOffset, expectedTotal: expectedTotal)
+    }
+
+    package func transferRun(_ run: TransferRun, didWrite byteCount: Int, totalOnDisk: Int64, expectedTotal: Int64?) {
+        let shouldSchedule = self.inner.withLock { inner -> Bool in
+            inner.countOfBytesReceived = totalOnDisk
+            inner.pendingBytesWritten += Int64(byteCount)
+            guard !inner.isProgressDeliveryScheduled else { return false }
+            inner.isProgressDeliveryScheduled = true
+            return true
+        }
+        if shouldSchedule { self.scheduleProgressDelivery() }
+    }
+
+    package func transferRun(_ run: TransferRun, didReceive body: ByteBuffer) {
+        self.bodyReceived(Data(buffer: body))
+    }
+
+    package func transferRun(_ run: TransferRun, willRedirect response: ResponseInfo, to request: TransferRequest) async
+        -> TransferRequest?
+    {
+        let session = self.session
+        let httpResponse = UncheckedSendable(response.httpURLResponse)
+        let proposed = UncheckedSendable(request.urlRequest)
+        let decided: URLRequest? = await withCheckedContinuation { continuation in
+            session.enqueueDelegateCall { delegate in
+                guard let taskDelegate = delegate as? any TransferSessionTaskDelegate else {
+                    continuation.resume(returning: proposed.value)
+                    return
+                }
+                let once = OnceFlag()
+                taskDelegate.urlSession(
+                    session,
+                    task: self,
+                    willPerformHTTPRedirection: httpResponse.value,
+                    newRequest: proposed.value
+                ) { chosen in
+                    if once.claim() { continuation.resume(returning: chosen) }
+                }
+            }
+        }
+        guard let decided, let url = decided.url else { return nil }
+        var next = request
+        next.url = url
+        next.method = decided.httpMethod ?? request.method
+        next.headers = HTTPHeaderFields((decided.allHTTPHeaderFields ?? [:]).sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+        next.body = decided.httpBody.map { .data($0) } ?? (next.method == request.method ? request.body : .none)
+        self.inner.withLock { $0.currentRequest = decided }
+        return next
+    }
+}
+
+/// True for the first `claim()` only; guards callbacks that must run once.
+final class OnceFlag: Sendable {
+    private let claimed = Atomic<Bool>(false)
+    func claim() -> Bool {
+        !self.claimed.exchange(true, ordering: .relaxed)
+    }
+}
