@@ -5,8 +5,7 @@ import HaulTestSupport
 // Usage: haul-test-server [PORT]   (prints the port it listens on)
 let requestedPort = CommandLine.arguments.dropFirst().first.flatMap(Int.init) ?? 0
 let server = try await FaultInjectingHTTPServer.start(port: requestedPort)
-print("listening on 127.0.0.1:\(server.port)")
-fflush(stdout)
+FileHandle.standardOutput.write(Data("listening on 127.0.0.1:\(server.port)\n".utf8))
 while true {
     try await Task.sleep(for: .seconds(3600))
 }
