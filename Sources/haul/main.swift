@@ -1,1 +1,3 @@
-print("x")
+import HaulCommands
+
+await HaulCommand.runAndExit()

@@ -127,6 +127,26 @@ public final class TransferSession: Sendable {
         self.makeDownloadTask(request: request, handsOverFile: false, completionHandler: nil)
     }
 
+    /// A download that writes its in-flight bytes to `partialFileURL` instead of the
+    /// configuration's temporary directory (a Haul extension, for download managers that keep
+    /// partial files beside their destination). An existing file there is overwritten; resume
+    /// data produced later points to it. The file is handed over through
+    /// `didFinishDownloadingTo` as usual.
+    public func downloadTask(with request: URLRequest, partialFileURL: URL) -> TransferSessionDownloadTask {
+        let task = self.register { identifier in
+            TransferSessionDownloadTask(
+                session: self,
+                identifier: identifier,
+                request: request,
+                partialFilePath: partialFileURL.standardizedFileURL.path,
+                handsOverFile: false,
+                completionHandler: nil
+            )
+        }
+        self.prepare(task, request: request, isDownload: true)
+        return task
+    }
+
     /// A download whose result goes to `completionHandler` instead of the delegate. The handler
     /// gets the file's URL (move it before returning), the response, or the error.
     public func downloadTask(

@@ -1,0 +1,92 @@
+import Foundation
+import Haul
+import HaulCore
+
+/// Where one URL of `haul get` is saved, and its checkpoint files:
+/// `NAME.haul-part` (the bytes so far) and `NAME.haul-resume` (Haul resume data naming them).
+struct DownloadJob: Sendable {
+    let url: URL
+    let directory: String
+    /// The name the job is known by before the response (from `-o` or the URL).
+    let baseName: String
+    let explicitOutput: String?
+
+    init(url: URL, options: GetCoordinator.Options, baseName: String? = nil) {
+        self.url = url
+        if let output = options.outputPath {
+            let absolute = (output as NSString).isAbsolutePath
+                ? output
+                : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(output)
+            self.explicitOutput = absolute
+            self.directory = (absolute as NSString).deletingLastPathComponent
+            self.baseName = (absolute as NSString).lastPathComponent
+        } else {
+            self.explicitOutput = nil
+            self.directory = options.directory
+            self.baseName = baseName ?? FileNaming.suggestedFilename(contentDisposition: nil, url: url)
+        }
+    }
+
+    var displayName: String { self.baseName }
+    var partialPath: String { (self.directory as NSString).appendingPathComponent(self.baseName + ".haul-part") }
+    var checkpointPath: String { (self.directory as NSString).appendingPathComponent(self.baseName + ".haul-resume") }
+
+    /// The destination, when a file is already there.
+    var existingFinalFile: String? {
+        let path = self.explicitOutput ?? (self.directory as NSString).appendingPathComponent(self.baseName)
+        return FileManager.default.fileExists(atPath: path) ? path : nil
+    }
+
+    /// The resume data of an earlier run for this URL, if any is usable.
+    func loadCheckpoint(reporter: ProgressReporter) -> Data? {
+        guard let data = FileManager.default.contents(atPath: self.checkpointPath) else { return nil }
+        do {
+            let decoded = try ResumeData.decode(data)
+            guard decoded.originalURL == self.url || decoded.url == self.url else {
+                reporter.note("\(self.checkpointPath) belongs to another URL; starting over")
+                return nil
+            }
+            guard decoded.partialFilePath == self.partialPath else {
+                reporter.note("\(self.checkpointPath) names another partial file; starting over")
+                return nil
+            }
+            return data
+        } catch {
+            reporter.note("ignoring \(self.checkpointPath): \(error); starting over")
+            return nil
+        }
+    }
+
+    /// Records resume data atomically (write then rename), so a crash never leaves it torn.
+    func saveCheckpoint(_ data: Data) {
+        let temporary = self.checkpointPath + ".tmp"
+        if FileManager.default.createFile(atPath: temporary, contents: data) {
+            _ = rename(temporary, self.checkpointPath)
+        }
+    }
+
+    /// Removes the checkpoint and the partial file.
+    func discardCheckpoint() {
+        try? FileManager.default.removeItem(atPath: self.checkpointPath)
+        try? FileManager.default.removeItem(atPath: self.partialPath)
+    }
+
+    /// Moves the finished file to its final name without overwriting anything. The name comes
+    /// from `-o`, else the response's `Content-Disposition`, else the URL; a taken name gets a
+    /// number: `name (1).ext`.
+    func moveIntoPlace(_ source: String, response: HTTPURLResponse?) throws -> String {
+        if let explicitOutput = self.explicitOutput {
+            do {
+                try NoOverwriteMove.move(source, to: explicitOutput)
+                return explicitOutput
+            } catch let failure as NoOverwriteMove.Failure where failure.isExists {
+                return try NoOverwriteMove.moveChoosingFreeName(source, directory: self.directory, name: self.baseName)
+            }
+        }
+        let name = FileNaming.suggestedFilename(
+            contentDisposition: response?.value(forHTTPHeaderField: "Content-Disposition"),
+            url: response?.url ?? self.url
+        )
+        return try NoOverwriteMove.moveChoosingFreeName(source, directory: self.directory, name: name)
+    }
+}

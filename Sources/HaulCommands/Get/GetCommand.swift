@@ -1,0 +1,128 @@
+import ArgumentParser
+import Foundation
+import Haul
+import HaulCore
+
+/// `haul get`: download URLs to files in the foreground, resumably and verified.
+struct GetCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "get",
+        abstract: "Download URLs to files, resumably.",
+        discussion: """
+            Each download is written to NAME.haul-part beside its destination and checkpointed in \
+            NAME.haul-resume, so Ctrl-C, a crash or a dropped connection loses nothing: run the same \
+            command again (or add -c) and it continues where it stopped, after the server confirms \
+            with ETag/Last-Modified that the file has not changed. The file appears under its final \
+            name only when complete. Transient failures (reset, timeout, 429/5xx with Retry-After) \
+            are retried with backoff, resuming from the bytes on disk.
+
+            Exit status: 0 success, 2 usage, 3 local file error, 4 network error, 8 server error, \
+            130 interrupted.
+            """
+    )
+
+    @Argument(help: "The http or https URLs to download.")
+    var urls: [String] = []
+
+    @Option(name: [.customShort("o"), .customLong("output")], help: "Save the (single) download as FILE.")
+    var output: String?
+
+    @Option(name: [.customShort("d"), .customLong("directory")], help: "Save downloads into DIR (default: the current directory).")
+    var directory: String?
+
+    @Flag(name: [.customShort("c"), .customLong("continue")], help: "Continue a partial download (the default when one exists); skip files that already exist.")
+    var continueExisting = false
+
+    @Flag(name: .customLong("fresh"), help: "Discard any partial download and start over.")
+    var fresh = false
+
+    @Option(name: [.customShort("i"), .customLong("input-file")], help: "Read URLs from FILE, one per line ('-' for standard input; # starts a comment).")
+    var inputFile: String?
+
+    @Option(name: [.customShort("j"), .customLong("jobs")], help: "Downloads running at once (default 1 for one URL, 4 for several).")
+    var jobs: Int?
+
+    @Option(name: .customLong("retries"), help: "Retries after a transient failure.")
+    var retries: Int = 5
+
+    @Option(name: .customLong("timeout"), help: "Seconds to wait for the next byte before the attempt fails.")
+    var timeout: Double = 30
+
+    @Option(name: [.customShort("H"), .customLong("header")], help: "Extra request header 'Name: value' (repeatable).")
+    var headers: [String] = []
+
+    @Flag(name: [.customShort("q"), .customLong("quiet")], help: "Print errors only.")
+    var quiet = false
+
+    /// URLs from the arguments and the input file, validated.
+    private(set) var resolvedURLs: [URL] = []
+
+    mutating func validate() throws {
+        var texts = self.urls
+        if let inputFile {
+            let content: String
+            if inputFile == "-" {
+                content = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+            } else {
+                guard let data = FileManager.default.contents(atPath: inputFile) else {
+                    throw ValidationError("cannot read the input file \(inputFile)")
+                }
+                content = String(decoding: data, as: UTF8.self)
+            }
+            texts += content.split(whereSeparator: \.isNewline)
+                .map { $0.trimmingCharacters(in: .whitespaces) }
+                .filter { !$0.isEmpty && !$0.hasPrefix("#") }
+        }
+        guard !texts.isEmpty else { throw ValidationError("give at least one URL, or -i FILE") }
+        self.resolvedURLs = try texts.map { text in
+            guard let url = URL(string: text), let scheme = url.scheme?.lowercased() else {
+                throw ValidationError("not a URL: \(text)")
+            }
+            guard scheme == "http" || scheme == "https" else {
+                throw ValidationError("unsupported URL scheme '\(scheme)' in \(text): only http and https")
+            }
+            guard let host = url.host, !host.isEmpty else { throw ValidationError("the URL \(text) has no host") }
+            return url
+        }
+        if self.output != nil, self.resolvedURLs.count > 1 {
+            throw ValidationError("-o names one file; use -d DIR for several URLs")
+        }
+        if self.output != nil, self.directory != nil { throw ValidationError("use either -o FILE or -d DIR, not both") }
+        if let jobs, !(1...256).contains(jobs) { throw ValidationError("-j takes a number from 1 to 256") }
+        guard (0...100).contains(self.retries) else { throw ValidationError("--retries takes a number from 0 to 100") }
+        guard self.timeout > 0 else { throw ValidationError("--timeout must be positive") }
+        for header in self.headers where !header.contains(":") {
+            throw ValidationError("a header must look like 'Name: value', got '\(header)'")
+        }
+        if self.fresh, self.continueExisting { throw ValidationError("use either -c or --fresh, not both") }
+        if let directory {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+                throw ValidationError("no such directory: \(directory)")
+            }
+        }
+    }
+
+    func run() async throws {
+        let parallelism = self.jobs ?? (self.resolvedURLs.count > 1 ? 4 : 1)
+        var requestHeaders: [(String, String)] = []
+        for header in self.headers {
+            let parts = header.split(separator: ":", maxSplits: 1)
+            requestHeaders.append((parts[0].trimmingCharacters(in: .whitespaces), parts.count > 1 ? parts[1].trimmingCharacters(in: .whitespaces) : ""))
+        }
+        let options = GetCoordinator.Options(
+            outputPath: self.output,
+            directory: self.directory ?? FileManager.default.currentDirectoryPath,
+            continueExisting: self.continueExisting,
+            fresh: self.fresh,
+            headers: requestHeaders,
+            retryPolicy: RetryPolicy(maximumAttempts: self.retries + 1),
+            idleTimeout: self.timeout,
+            parallelism: parallelism,
+            output: self.quiet ? .quiet : (Terminal.isInteractive ? .live : .lines)
+        )
+        let coordinator = GetCoordinator(options: options)
+        let status = await coordinator.run(urls: self.resolvedURLs)
+        if status != .success { throw status }
+    }
+}

@@ -1,0 +1,307 @@
+import Dispatch
+import Foundation
+import Haul
+import HaulCore
+
+/// Runs the downloads of one `haul get`: a ``TransferSession`` whose delegate it is, the retry
+/// loop of each download, the checkpoint files, Ctrl-C, and the progress output.
+final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable {
+    // @unchecked Sendable: mutable state is guarded by `lock`; delegate methods run on the
+    // session's serial delegate queue.
+
+    struct Options: Sendable {
+        var outputPath: String?
+        var directory: String
+        var continueExisting: Bool
+        var fresh: Bool
+        var headers: [(String, String)]
+        var retryPolicy: RetryPolicy
+        var idleTimeout: Double
+        var parallelism: Int
+        var output: ProgressReporter.Mode
+    }
+
+    /// What one task attempt ended with.
+    enum AttemptResult: Sendable {
+        case saved(path: String, bytes: Int64)
+        case httpStatus(Int, retryAfter: Double?)
+        case moveFailed(String)
+        case failed(URLError)
+    }
+
+    private struct Pending {
+        var continuation: CheckedContinuation<AttemptResult, Never>
+        var job: DownloadJob
+        var finished: AttemptResult?
+    }
+
+    let options: Options
+    private let lock = NSLock()
+    private var pending: [Int: Pending] = [:]
+    private var runningTasks: [Int: TransferSessionDownloadTask] = [:]
+    private var isInterrupted = false
+    private var session: TransferSession!
+    let reporter: ProgressReporter
+
+    init(options: Options) {
+        self.options = options
+        self.reporter = ProgressReporter(mode: options.output)
+    }
+
+    /// Downloads every URL, `parallelism` at a time, and returns the exit status.
+    func run(urls: [URL]) async -> ExitStatus {
+        let configuration = TransferSessionConfiguration.default
+        configuration.timeoutIntervalForRequest = self.options.idleTimeout
+        configuration.httpMaximumConnectionsPerHost = max(6, self.options.parallelism)
+        self.session = TransferSession(configuration: configuration, delegate: self, delegateQueue: nil)
+        let signalSource = self.installInterruptHandler()
+        self.reporter.start(totalFiles: urls.count)
+        defer {
+            signalSource.cancel()
+            self.reporter.stop()
+            self.session.finishTasksAndInvalidate()
+        }
+
+        var statuses: [ExitStatus] = []
+        await withTaskGroup(of: ExitStatus.self) { group in
+            var iterator = urls.makeIterator()
+            var running = 0
+            func addNext() -> Bool {
+                guard let url = iterator.next() else { return false }
+                group.addTask { await self.download(url) }
+                return true
+            }
+            while running < self.options.parallelism, addNext() { running += 1 }
+            while let status = await group.next() {
+                statuses.append(status)
+                if self.interrupted { continue }
+                _ = addNext()
+            }
+        }
+        if self.interrupted { return .interrupted }
+        return statuses.first { $0 != .success } ?? .success
+    }
+
+    private var interrupted: Bool { self.lock.withLock { self.isInterrupted } }
+
+    // MARK: - One download with retries
+
+    private func download(_ url: URL) async -> ExitStatus {
+        let job = DownloadJob(url: url, options: self.options)
+        if self.options.fresh { job.discardCheckpoint() }
+        var resumeData = job.loadCheckpoint(reporter: self.reporter)
+        if resumeData == nil, let existing = job.existingFinalFile {
+            if self.options.continueExisting {
+                self.reporter.note("\(existing) already exists; nothing to do")
+                return .success
+            }
+            if self.options.outputPath != nil {
+                self.reporter.error("\(existing) already exists; remove it or choose another name with -o")
+                return .fileError
+            }
+        }
+        self.reporter.jobStarted(job.displayName)
+        var attempt = 1
+        while true {
+            if self.interrupted { return .interrupted }
+            var request = URLRequest(url: url)
+            for (name, value) in self.options.headers { request.setValue(value, forHTTPHeaderField: name) }
+            let task: TransferSessionDownloadTask
+            if let data = resumeData {
+                task = self.session.downloadTask(withResumeData: data)
+            } else {
+                task = self.session.downloadTask(with: request, partialFileURL: URL(fileURLWithPath: job.partialPath))
+            }
+            let result = await self.perform(task, job: job)
+            switch result {
+            case .saved(let path, let bytes):
+                job.discardCheckpoint()
+                self.reporter.jobFinished(job.displayName, savedAs: path, bytes: bytes)
+                return .success
+            case .moveFailed(let message):
+                self.reporter.error("\(job.displayName): \(message)")
+                return .fileError
+            case .httpStatus(let status, let retryAfter):
+                let message = "\(url.absoluteString): server answered \(status) \(HTTPURLResponse.localizedString(forStatusCode: status))"
+                switch self.decide(attempt: attempt, failure: .serverStatus(status), retryAfter: retryAfter) {
+                case .retry(let seconds):
+                    self.reporter.note("\(message); retrying in \(ByteCountFormatting.duration(seconds: seconds))")
+                    try? await Task.sleep(for: .seconds(seconds))
+                    attempt += 1
+                case .giveUp:
+                    self.reporter.error(message)
+                    return .serverError
+                }
+            case .failed(let error):
+                if self.interrupted {
+                    if let data = error.userInfo[TransferSessionDownloadTaskResumeData] as? Data {
+                        job.saveCheckpoint(data)
+                        self.reporter.note("\(job.displayName): interrupted; run the same command again to continue")
+                    }
+                    return .interrupted
+                }
+                if resumeData != nil, error.code == .cannotDecodeRawData || error.code == .fileDoesNotExist {
+                    self.reporter.note("\(job.displayName): cannot continue the earlier download (\(error.localizedDescription)); starting over")
+                    job.discardCheckpoint()
+                    resumeData = nil
+                    continue
+                }
+                resumeData = error.userInfo[TransferSessionDownloadTaskResumeData] as? Data
+                if let resumeData { job.saveCheckpoint(resumeData) } else { job.discardCheckpoint() }
+                let status = (error.userInfo["statusCode"] as? Int)
+                let failure = Self.classify(error, status: status)
+                let message = "\(url.absoluteString): \(error.localizedDescription)"
+                switch self.decide(attempt: attempt, failure: failure, retryAfter: nil) {
+                case .retry(let seconds):
+                    let kept = resumeData == nil ? "" : ", keeping the bytes on disk"
+                    self.reporter.note("\(message); retrying in \(ByteCountFormatting.duration(seconds: seconds))\(kept)")
+                    try? await Task.sleep(for: .seconds(seconds))
+                    attempt += 1
+                case .giveUp:
+                    self.reporter.error(message + (resumeData == nil ? "" : " (partial download kept; run again to continue)"))
+                    return Self.exitStatus(for: error, status: status)
+                }
+            }
+        }
+    }
+
+    private func decide(attempt: Int, failure: TransferFailureKind, retryAfter: Double?) -> RetryPolicy.Decision {
+        self.options.retryPolicy.decision(
+            afterAttempt: attempt,
+            failure: failure,
+            retryAfter: retryAfter,
+            randomUnit: Double.random(in: 0..<1)
+        )
+    }
+
+    static func classify(_ error: URLError, status: Int?) -> TransferFailureKind {
+        if let status { return .serverStatus(status) }
+        switch error.code {
+        case .networkConnectionLost, .notConnectedToInternet: return .connectionLost
+        case .timedOut: return .timedOut
+        case .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed: return .cannotConnect
+        default: return .permanent
+        }
+    }
+
+    static func exitStatus(for error: URLError, status: Int?) -> ExitStatus {
+        if status != nil { return .serverError }
+        switch error.code {
+        case .cannotCreateFile, .cannotWriteToFile, .cannotOpenFile, .cannotMoveFile, .cannotRemoveFile, .fileDoesNotExist:
+            return .fileError
+        case .badServerResponse, .httpTooManyRedirects, .redirectToNonExistentLocation, .cannotParseResponse:
+            return .serverError
+        case .badURL, .unsupportedURL:
+            return .usage
+        default:
+            return .networkError
+        }
+    }
+
+    /// Resumes `task` and waits for its end.
+    private func perform(_ task: TransferSessionDownloadTask, job: DownloadJob) async -> AttemptResult {
+        await withCheckedContinuation { continuation in
+            self.lock.withLock {
+                self.pending[task.taskIdentifier] = Pending(continuation: continuation, job: job)
+                self.runningTasks[task.taskIdentifier] = task
+            }
+            task.resume()
+            // Ctrl-C may have come between the check in the loop and registering the task.
+            if self.interrupted { task.cancel(byProducingResumeData: { _ in }) }
+        }
+    }
+
+    // MARK: - Ctrl-C
+
+    private func installInterruptHandler() -> any DispatchSourceSignal {
+        signal(SIGINT, SIG_IGN)
+        signal(SIGTERM, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        source.setEventHandler { [weak self] in self?.interrupt() }
+        source.resume()
+        let terminate = DispatchSource.makeSignalSource(signal: SIGTERM, queue: .global())
+        terminate.setEventHandler { [weak self] in self?.interrupt() }
+        terminate.resume()
+        self.terminationSource = terminate
+        return source
+    }
+
+    private var terminationSource: (any DispatchSourceSignal)?
+
+    /// Stops every download, keeping resume data for the next run.
+    func interrupt() {
+        let tasks = self.lock.withLock { () -> [TransferSessionDownloadTask] in
+            self.isInterrupted = true
+            return Array(self.runningTasks.values)
+        }
+        for task in tasks { task.cancel(byProducingResumeData: { _ in }) }
+    }
+
+    // MARK: - Delegate
+
+    func urlSession(_ session: TransferSession, downloadTask: TransferSessionDownloadTask, didFinishDownloadingTo location: URL) {
+        guard let job = self.lock.withLock({ self.pending[downloadTask.taskIdentifier]?.job }) else { return }
+        let response = downloadTask.response as? HTTPURLResponse
+        let status = response?.statusCode ?? 0
+        let result: AttemptResult
+        if (200..<300).contains(status) {
+            let size = (try? FileManager.default.attributesOfItem(atPath: location.path)[.size] as? Int64) ?? 0
+            do {
+                let path = try job.moveIntoPlace(location.path, response: response)
+                result = .saved(path: path, bytes: size)
+            } catch {
+                result = .moveFailed("\(error)")
+            }
+        } else {
+            let retryAfter = (response?.value(forHTTPHeaderField: "Retry-After")).flatMap { RetryPolicy.retryAfterSeconds($0) }
+            result = .httpStatus(status, retryAfter: retryAfter)
+        }
+        self.lock.withLock { self.pending[downloadTask.taskIdentifier]?.finished = result }
+    }
+
+    func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {
+        let entry = self.lock.withLock { () -> Pending? in
+            self.runningTasks[task.taskIdentifier] = nil
+            return self.pending.removeValue(forKey: task.taskIdentifier)
+        }
+        guard let entry else { return }
+        self.reporter.taskEnded(task.taskIdentifier)
+        if let error {
+            entry.continuation.resume(returning: .failed(error as? URLError ?? URLError(.unknown)))
+        } else {
+            entry.continuation.resume(returning: entry.finished ?? .failed(URLError(.unknown)))
+        }
+    }
+
+    func urlSession(
+        _ session: TransferSession,
+        downloadTask: TransferSessionDownloadTask,
+        didWriteData bytesWritten: Int64,
+        totalBytesWritten: Int64,
+        totalBytesExpectedToWrite: Int64
+    ) {
+        guard let job = self.lock.withLock({ self.pending[downloadTask.taskIdentifier]?.job }) else { return }
+        self.reporter.progress(
+            task: downloadTask.taskIdentifier,
+            name: job.displayName,
+            bytesWritten: bytesWritten,
+            total: totalBytesWritten,
+            expected: totalBytesExpectedToWrite
+        )
+    }
+
+    func urlSession(
+        _ session: TransferSession,
+        downloadTask: TransferSessionDownloadTask,
+        didResumeAtOffset fileOffset: Int64,
+        expectedTotalBytes: Int64
+    ) {
+        guard let job = self.lock.withLock({ self.pending[downloadTask.taskIdentifier]?.job }) else { return }
+        if fileOffset > 0 {
+            self.reporter.note("\(job.displayName): continuing at \(ByteCountFormatting.bytes(fileOffset))")
+        } else {
+            self.reporter.note("\(job.displayName): the server sent the whole file again; starting over")
+        }
+        self.reporter.progress(task: downloadTask.taskIdentifier, name: job.displayName, bytesWritten: 0, total: fileOffset, expected: expectedTotalBytes)
+    }
+}

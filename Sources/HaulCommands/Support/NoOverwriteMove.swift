@@ -1,0 +1,62 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Foundation
+import HaulCore
+
+/// Moves files into place without ever replacing an existing file.
+enum NoOverwriteMove {
+    enum Failure: Error, CustomStringConvertible {
+        case exists(String)
+        case system(String, Int32)
+
+        var isExists: Bool {
+            if case .exists = self { return true }
+            return false
+        }
+
+        var description: String {
+            switch self {
+            case .exists(let path): "\(path) already exists"
+            case .system(let what, let number): "\(what): \(String(cString: strerror(number)))"
+            }
+        }
+    }
+
+    /// Atomically links `source` at `destination` and removes `source`; fails with `.exists`
+    /// instead of replacing a file that is already there.
+    static func move(_ source: String, to destination: String) throws {
+        if link(source, destination) == 0 {
+            unlink(source)
+            return
+        }
+        let number = errno
+        if number == EEXIST { throw Failure.exists(destination) }
+        // File systems without hard links: check, then rename (a narrow race, reported honestly).
+        if number == EPERM || number == EXDEV || number == ENOTSUP {
+            if access(destination, F_OK) == 0 { throw Failure.exists(destination) }
+            guard rename(source, destination) == 0 else { throw Failure.system("cannot move to \(destination)", errno) }
+            return
+        }
+        throw Failure.system("cannot move to \(destination)", number)
+    }
+
+    /// Moves `source` into `directory` under `name`, or under `name (1)`, `name (2)`, … when
+    /// taken. Returns the path used.
+    static func moveChoosingFreeName(_ source: String, directory: String, name: String) throws -> String {
+        var index = 0
+        while true {
+            let candidate = index == 0 ? name : FileNaming.numberedAlternative(to: name, index: index)
+            let path = (directory as NSString).appendingPathComponent(candidate)
+            do {
+                try move(source, to: path)
+                return path
+            } catch let failure as Failure where failure.isExists {
+                index += 1
+                if index > 10_000 { throw Failure.exists(path) }
+            }
+        }
+    }
+}
