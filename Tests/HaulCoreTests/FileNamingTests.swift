@@ -1,0 +1,137 @@
+import Foundation
+import HaulCore
+import Testing
+
+@Suite("File naming")
+struct FileNamingTests {
+    let url = URL(string: "https://example.com/dir/report%20final.pdf?x=1")!
+
+    @Test func prefersContentDispositionFilenameStar() {
+        let name = FileNaming.suggestedFilename(
+            contentDisposition: "attachment; filename=\"plain.txt\"; filename*=UTF-8''%E2%82%AC%20rates.txt",
+            url: self.url
+        )
+        #expect(name == "€ rates.txt")
+    }
+
+    @Test func quotedFilenameWithEscapes() {
+        #expect(FileNaming.filename(fromContentDisposition: "attachment; filename=\"a \\\"b\\\".txt\"") == "a \"b\".txt")
+        #expect(FileNaming.filename(fromContentDisposition: "inline; filename=bare.bin") == "bare.bin")
+    }
+
+    @Test func fallsBackToTheDecodedURLName() {
+        #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: self.url) == "report final.pdf")
+        #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: URL(string: "http://h/")!) == "index.html")
+        #expect(FileNaming.suggestedFilename(contentDisposition: "attachment", url: URL(string: "http://h/x.iso")!) == "x.iso")
+    }
+
+    @Test("Hostile names cannot escape or hide", arguments: [
+        ("../../etc/passwd", "passwd"),
+        ("/etc/shadow", "shadow"),
+        ("..\\..\\win.ini", "win.ini"),
+        (".bashrc", "bashrc"),
+        ("a\u{0}b\nc.txt", "abc.txt"),
+        ("..", nil),
+        ("/", nil),
+        ("   ", nil),
+    ] as [(String, String?)])
+    func sanitizes(input: String, expected: String?) {
+        #expect(FileNaming.sanitize(input) == expected)
+    }
+
+    @Test func traversalInHeaderFallsBackToSafeName() {
+        let name = FileNaming.suggestedFilename(contentDisposition: "attachment; filename=\"../\"", url: URL(string: "http://h/safe.bin")!)
+        #expect(name == "safe.bin")
+    }
+
+    @Test func longNamesAreShortenedKeepingTheExtension() {
+        let long = String(repeating: "é", count: 300) + ".tar.gz"
+        let safe = FileNaming.sanitize(long)!
+        #expect(safe.utf8.count <= 255)
+        #expect(safe.hasSuffix(".tar.gz"))
+    }
+
+    @Test func numberedAlternatives() {
+        #expect(FileNaming.numberedAlternative(to: "a.pdf", index: 1) == "a (1).pdf")
+        #expect(FileNaming.numberedAlternative(to: "b.tar.gz", index: 2) == "b (2).tar.gz")
+        #expect(FileNaming.numberedAlternative(to: "README", index: 3) == "README (3)")
+        let taken: Set = ["a.pdf", "a (1).pdf"]
+        #expect(FileNaming.firstAvailableName(for: "a.pdf") { taken.contains($0) } == "a (2).pdf")
+    }
+}
+
+@Suite("Formatting")
+struct FormattingTests {
+    @Test func units() {
+        #expect(ByteCountFormatting.bytes(999) == "999 B")
+        #expect(ByteCountFormatting.bytes(1536) == "1.5 KiB")
+        #expect(ByteCountFormatting.bytes(1 << 30) == "1.0 GiB")
+        #expect(ByteCountFormatting.rate(bytesPerSecond: 10 * 1_048_576) == "10.0 MiB/s")
+        #expect(ByteCountFormatting.duration(seconds: 42) == "42s")
+        #expect(ByteCountFormatting.duration(seconds: 185) == "3m05s")
+        #expect(ByteCountFormatting.duration(seconds: 7620) == "2h07m")
+        #expect(ByteCountFormatting.parseSize("1.5M") == 1_572_864)
+        #expect(ByteCountFormatting.parseSize("x") == nil)
+    }
+
+    @Test func rateMeterAveragesOverTheWindow() {
+        var meter = TransferRateMeter(window: 5)
+        #expect(meter.bytesPerSecond == nil)
+        meter.record(total: 0, at: 0)
+        meter.record(total: 1000, at: 1)
+        meter.record(total: 3000, at: 2)
+        #expect(meter.bytesPerSecond == 1500)
+        #expect(meter.secondsRemaining(total: 3000, expected: 6000) == 2)
+    }
+
+    @Test func progressLineFitsAndShowsFigures() {
+        let line = ProgressLine.render(name: "ubuntu.iso", received: 512 << 20, expected: 1 << 30, bytesPerSecond: Double(64 << 20), width: 100)
+        #expect(line.count <= 100)
+        #expect(line.contains("50%"))
+        #expect(line.contains("512.0 MiB/1.0 GiB"))
+        #expect(line.contains("64.0 MiB/s"))
+        #expect(line.contains("ETA 8s"))
+        let narrow = ProgressLine.render(name: String(repeating: "n", count: 80), received: 1, expected: nil, bytesPerSecond: nil, width: 40)
+        #expect(narrow.count <= 40)
+    }
+}
+
+@Suite("RedirectPolicy")
+struct RedirectPolicyTests {
+    let policy = RedirectPolicy(maximumRedirects: 3)
+    let start = URL(string: "http://a.example/start")!
+
+    @Test func resolvesRelativeLocationsAndRewritesMethods() throws {
+        let next = try self.policy.nextRequest(status: 303, location: "/next", currentURL: self.start, method: "POST", visited: [self.start])
+        #expect(next.url.absoluteString == "http://a.example/next")
+        #expect(next.method == "GET")
+        #expect(next.dropsBody)
+        let kept = try self.policy.nextRequest(status: 307, location: "/next", currentURL: self.start, method: "POST", visited: [self.start])
+        #expect(kept.method == "POST")
+        #expect(!kept.dropsBody)
+    }
+
+    @Test func dropsCredentialsAcrossOrigins() throws {
+        let next = try self.policy.nextRequest(status: 302, location: "http://b.example/x", currentURL: self.start, method: "GET", visited: [self.start])
+        #expect(next.headersToRemove.contains("Authorization"))
+        let same = try self.policy.nextRequest(status: 302, location: "/x", currentURL: self.start, method: "GET", visited: [self.start])
+        #expect(!same.headersToRemove.contains("Authorization"))
+    }
+
+    @Test func refusesLoopsLongChainsAndBadTargets() {
+        let b = URL(string: "http://a.example/b")!
+        #expect(throws: RedirectPolicy.Refusal.loop(self.start)) {
+            try self.policy.nextRequest(status: 302, location: "/start", currentURL: b, method: "GET", visited: [self.start, b])
+        }
+        let chain = (0..<4).map { URL(string: "http://a.example/\($0)")! }
+        #expect(throws: RedirectPolicy.Refusal.tooManyRedirects(3)) {
+            try self.policy.nextRequest(status: 302, location: "/new", currentURL: chain.last!, method: "GET", visited: chain)
+        }
+        #expect(throws: RedirectPolicy.Refusal.missingLocation) {
+            try self.policy.nextRequest(status: 302, location: nil, currentURL: self.start, method: "GET", visited: [self.start])
+        }
+        #expect(throws: RedirectPolicy.Refusal.unsupportedScheme("file")) {
+            try self.policy.nextRequest(status: 302, location: "file:///etc/passwd", currentURL: self.start, method: "GET", visited: [self.start])
+        }
+    }
+}
