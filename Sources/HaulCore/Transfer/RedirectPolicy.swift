@@ -52,11 +52,12 @@ public struct RedirectPolicy: Sendable, Hashable {
     ) throws(Refusal) -> NextRequest {
         guard let location, !location.trimmingASCIIWhitespace().isEmpty else { throw .missingLocation }
         let trimmed = location.trimmingASCIIWhitespace()
-        guard let target = URL(string: trimmed, relativeTo: currentURL)?.absoluteURL, target.host != nil else {
+        guard let target = URL(string: trimmed, relativeTo: currentURL)?.absoluteURL else {
             throw .invalidLocation(trimmed)
         }
         let scheme = target.scheme?.lowercased() ?? ""
         guard scheme == "http" || scheme == "https" else { throw .unsupportedScheme(scheme) }
+        guard target.host?.isEmpty == false else { throw .invalidLocation(trimmed) }
         guard visited.count <= self.maximumRedirects else { throw .tooManyRedirects(self.maximumRedirects) }
         let upper = method.uppercased()
         let rewritesToGet = (status == 303 && upper != "HEAD") || ((status == 301 || status == 302) && upper == "POST")
