@@ -23,7 +23,7 @@ struct ResumeTests {
         let size: Int64 = 2_000_000
         let task = env.session.downloadTask(with: env.server.url("/file/pause?size=\(size)&seed=5&rate=4000000"))
         task.resume()
-        try await Task.sleep(for: .milliseconds(150))
+        #expect(await waitUntil { task.countOfBytesReceived > 100_000 })
         task.suspend()
         #expect(task.state == .suspended)
         try await Task.sleep(for: .milliseconds(300))
@@ -46,7 +46,7 @@ struct ResumeTests {
         let size: Int64 = 2_000_000
         let task = env.session.downloadTask(with: env.server.url("/file/cancel?size=\(size)&seed=9&rate=4000000"))
         task.resume()
-        try await Task.sleep(for: .milliseconds(200))
+        #expect(await waitUntil { task.countOfBytesReceived > 100_000 })
         let data = try #require(await task.cancelByProducingResumeData())
         let error = try #require(await env.delegate.completion(of: task) as? URLError)
         #expect(error.code == .cancelled)
@@ -64,7 +64,7 @@ struct ResumeTests {
         let env = try await TestEnvironment.make()
         let task = env.session.downloadTask(with: env.server.url("/file/novalidator?size=2000000&rate=4000000&etag=none&lastModified=0"))
         task.resume()
-        try await Task.sleep(for: .milliseconds(150))
+        #expect(await waitUntil { task.countOfBytesReceived > 100_000 })
         #expect(await task.cancelByProducingResumeData() == nil)
         _ = await env.delegate.completion(of: task)
         #expect(env.leftoverPartialFiles.isEmpty)
@@ -192,11 +192,11 @@ struct ResumeTests {
         let url = env.server.url("/file/asyncdl?size=\(size)&seed=12&rate=4000000")
         let session = env.session
         let download = Task { try await session.download(from: url) }
-        try await Task.sleep(for: .milliseconds(200))
+        #expect(await waitUntil { env.server.bodyBytesSent(forKey: "asyncdl") > 300_000 })
         download.cancel()
         let error = await #expect(throws: URLError.self) { try await download.value }
         #expect(error?.code == .cancelled)
-        let data = try #require(error?.userInfo[TransferSessionDownloadTaskResumeData] as? Data)
+        let data = try #require(error?.userInfo[TransferSessionDownloadTaskResumeData] as? Data, "\(String(describing: error?.userInfo))")
         let (location, response) = try await session.download(resumeFrom: data)
         #expect((response as? HTTPURLResponse)?.statusCode == 206)
         #expect(try TestContent.sha256Hex(ofFileAt: location.path) == TestContent.sha256Hex(size: size, seed: 12))

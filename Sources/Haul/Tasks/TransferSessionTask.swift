@@ -170,6 +170,7 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
     private func startTransfer() {
         let (request, creationError, resumePoint) = self.inner.withLock { ($0.engineRequest, $0.creationError, $0.resumePoint) }
         guard let request, creationError == nil else {
+            _ = self.inner.withLock { $0.lifecycle.transferFinished() }
             self.finish(error: creationError ?? URLError(.badURL))
             return
         }

@@ -45,3 +45,14 @@ extension RecordingDelegate {
         self.events.compactMap { if case .resumed(let offset, _) = $0 { offset } else { nil } }
     }
 }
+
+/// Polls `condition` every 10 ms until it holds or `timeout` passes; returns whether it held.
+@discardableResult
+func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return condition()
+}
