@@ -21,9 +21,9 @@ struct ResumeTests {
     func suspendAndResume() async throws {
         let env = try await TestEnvironment.make()
         let size: Int64 = 2_000_000
-        let task = env.session.downloadTask(with: env.server.url("/file/pause?size=\(size)&seed=5&rate=4000000"))
+        let task = env.session.downloadTask(with: env.server.url("/file/pause?size=\(size)&seed=5&stallAfter=500000"))
         task.resume()
-        #expect(await waitUntil { task.countOfBytesReceived > 100_000 })
+        #expect(await waitUntil { task.countOfBytesReceived == 500_000 })
         task.suspend()
         #expect(task.state == .suspended)
         try await Task.sleep(for: .milliseconds(300))
@@ -44,9 +44,9 @@ struct ResumeTests {
     func cancelWithResumeData() async throws {
         let env = try await TestEnvironment.make()
         let size: Int64 = 2_000_000
-        let task = env.session.downloadTask(with: env.server.url("/file/cancel?size=\(size)&seed=9&rate=4000000"))
+        let task = env.session.downloadTask(with: env.server.url("/file/cancel?size=\(size)&seed=9&stallAfter=500000"))
         task.resume()
-        #expect(await waitUntil { task.countOfBytesReceived > 100_000 })
+        #expect(await waitUntil { task.countOfBytesReceived == 500_000 })
         let data = try #require(await task.cancelByProducingResumeData())
         let error = try #require(await env.delegate.completion(of: task) as? URLError)
         #expect(error.code == .cancelled)
@@ -62,9 +62,9 @@ struct ResumeTests {
     @Test("No validator means no resume data, as Apple documents, and the partial file is removed")
     func noValidatorNoResumeData() async throws {
         let env = try await TestEnvironment.make()
-        let task = env.session.downloadTask(with: env.server.url("/file/novalidator?size=2000000&rate=4000000&etag=none&lastModified=0"))
+        let task = env.session.downloadTask(with: env.server.url("/file/novalidator?size=2000000&stallAfter=500000&etag=none&lastModified=0"))
         task.resume()
-        #expect(await waitUntil { task.countOfBytesReceived > 100_000 })
+        #expect(await waitUntil { task.countOfBytesReceived == 500_000 })
         #expect(await task.cancelByProducingResumeData() == nil)
         _ = await env.delegate.completion(of: task)
         #expect(env.leftoverPartialFiles.isEmpty)
@@ -189,10 +189,11 @@ struct ResumeTests {
     func asyncCancellation() async throws {
         let env = try await TestEnvironment.make()
         let size: Int64 = 2_000_000
-        let url = env.server.url("/file/asyncdl?size=\(size)&seed=12&rate=4000000")
+        let url = env.server.url("/file/asyncdl?size=\(size)&seed=12&stallAfter=500000")
         let session = env.session
         let download = Task { try await session.download(from: url) }
-        #expect(await waitUntil { env.server.bodyBytesSent(forKey: "asyncdl") > 300_000 })
+        #expect(await waitUntil { env.server.bodyBytesSent(forKey: "asyncdl") == 500_000 })
+        try await Task.sleep(for: .milliseconds(100))  // let the client read what was sent
         download.cancel()
         let error = await #expect(throws: URLError.self) { try await download.value }
         #expect(error?.code == .cancelled)

@@ -134,7 +134,7 @@ struct SessionBehaviourTests {
     @Test("invalidateAndCancel cancels running tasks; each completes once with .cancelled")
     func invalidateAndCancel() async throws {
         let env = try await TestEnvironment.make()
-        let tasks = (0..<3).map { env.session.downloadTask(with: env.server.url("/file/slow\($0)?size=2000000&rate=1000000")) }
+        let tasks = (0..<3).map { env.session.downloadTask(with: env.server.url("/file/slow\($0)?size=2000000&stallAfter=100000")) }
         tasks.forEach { $0.resume() }
         #expect(await waitUntil { tasks.allSatisfy { $0.countOfBytesReceived > 0 } })
         env.session.invalidateAndCancel()

@@ -245,7 +245,7 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         let status = response?.statusCode ?? 0
         let result: AttemptResult
         if (200..<300).contains(status) {
-            let size = (try? FileManager.default.attributesOfItem(atPath: location.path)[.size] as? Int64) ?? 0
+            let size = fileSize(location.path) ?? 0
             do {
                 let path = try job.moveIntoPlace(location.path, response: response)
                 result = .saved(path: path, bytes: size)

@@ -22,3 +22,8 @@ enum Terminal {
         FileHandle.standardError.write(Data(text.utf8))
     }
 }
+
+/// The size of the file at `path`, or `nil` when there is none.
+func fileSize(_ path: String) -> Int64? {
+    (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
+}

@@ -104,7 +104,7 @@ final class RecordingDelegate: TransferSessionDownloadDelegate, TransferSessionD
 
     func urlSession(_ session: TransferSession, downloadTask: TransferSessionDownloadTask, didFinishDownloadingTo location: URL) {
         let digest = (try? TestContent.sha256Hex(ofFileAt: location.path)) ?? "missing"
-        let size = (try? FileManager.default.attributesOfItem(atPath: location.path)[.size] as? Int64) ?? -1
+        let size = fileSize(location.path) ?? -1
         let kept = self.keepDirectory.appendingPathComponent("task-\(downloadTask.taskIdentifier)-\(UUID().uuidString)")
         try? FileManager.default.moveItem(at: location, to: kept)
         self.lock.withLock { self.keptFiles[downloadTask.taskIdentifier] = kept }

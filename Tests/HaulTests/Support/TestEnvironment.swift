@@ -56,3 +56,8 @@ func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool) async 
     }
     return condition()
 }
+
+/// The size of the file at `path`, or `nil` when there is none.
+func fileSize(_ path: String) -> Int64? {
+    (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
+}

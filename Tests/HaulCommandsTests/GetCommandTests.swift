@@ -1,0 +1,169 @@
+import Foundation
+import HaulTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("haul get, run as a process")
+struct GetCommandTests {
+    @Test("A download lands complete under the URL's name, with no checkpoint files left")
+    func simpleDownload() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let result = try await HaulProcess.run(["get", server.url("/file/data.bin?size=3000000&seed=31").absoluteString], directory: directory)
+        #expect(result.status == 0, "\(result.standardError)")
+        #expect(listing(directory) == ["data.bin"])
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("data.bin").path) == TestContent.sha256Hex(size: 3_000_000, seed: 31))
+        #expect(result.standardError.contains("saved "), "a non-terminal run prints plain result lines")
+        #expect(!result.standardError.contains("\r"), "no live redraws when stderr is not a terminal")
+        try await server.shutdown()
+    }
+
+    @Test("Content-Disposition names are used, sanitised, and never overwrite an existing file")
+    func namingAndNoOverwrite() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let disposition = "attachment; filename=\"../../evil.sh\"".addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let url = server.url("/file/x?size=1000&seed=1&disposition=\(disposition)").absoluteString
+        try Data("mine".utf8).write(to: directory.appendingPathComponent("evil.sh"))
+        let result = try await HaulProcess.run(["get", url], directory: directory)
+        #expect(result.status == 0, "\(result.standardError)")
+        #expect(listing(directory) == ["evil (1).sh", "evil.sh"])
+        #expect(try Data(contentsOf: directory.appendingPathComponent("evil.sh")) == Data("mine".utf8))
+        #expect(!FileManager.default.fileExists(atPath: directory.deletingLastPathComponent().appendingPathComponent("evil.sh").path))
+
+        let explicit = try await HaulProcess.run(["get", "-o", "evil.sh", url], directory: directory)
+        #expect(explicit.status == 3)
+        #expect(explicit.standardError.contains("already exists"))
+        #expect(try Data(contentsOf: directory.appendingPathComponent("evil.sh")) == Data("mine".utf8))
+        try await server.shutdown()
+    }
+
+    @Test("Ctrl-C keeps a checkpoint; running the same command again continues and verifies")
+    func interruptAndContinue() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let size: Int64 = 6_000_000
+        let url = server.url("/file/big.iso?size=\(size)&seed=41&rate=3000000").absoluteString
+        let first = HaulProcess(["get", url], directory: directory)
+        try first.start()
+        let partial = directory.appendingPathComponent("big.iso.haul-part").path
+        #expect(await waitUntil {
+            (fileSize(partial) ?? 0) > 1_000_000
+        })
+        first.interrupt()
+        let interrupted = await first.wait()
+        #expect(interrupted.status == 130, "\(interrupted.standardError)")
+        #expect(listing(directory) == ["big.iso.haul-part", "big.iso.haul-resume"])
+        let kept = try #require(fileSize(partial))
+        let sentBefore = server.bodyBytesSent(forKey: "big.iso")
+
+        let second = try await HaulProcess.run(["get", url], directory: directory)
+        #expect(second.status == 0, "\(second.standardError)")
+        #expect(second.standardError.contains("continuing at"))
+        #expect(listing(directory) == ["big.iso"])
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("big.iso").path) == TestContent.sha256Hex(size: size, seed: 41))
+        #expect(server.bodyBytesSent(forKey: "big.iso") - sentBefore == size - kept, "only the missing bytes are fetched")
+        #expect(server.requests.last?.header("If-Range") != nil, "the continuation is verified with a validator")
+        try await server.shutdown()
+    }
+
+    @Test("Resets and 503 with Retry-After are retried, resuming from the bytes on disk")
+    func retries() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let size: Int64 = 2_000_000
+        let flaky = try await HaulProcess.run(
+            ["get", "--retries", "4", server.url("/file/flaky.bin?size=\(size)&seed=5&cutAfter=500000&cutTimes=2&cutMode=close").absoluteString],
+            directory: directory
+        )
+        #expect(flaky.status == 0, "\(flaky.standardError)")
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("flaky.bin").path) == TestContent.sha256Hex(size: size, seed: 5))
+        #expect(flaky.standardError.contains("retrying"))
+        #expect(server.bodyBytesSent(forKey: "flaky.bin") == size, "each retry continued exactly where the last stopped")
+
+        let busy = try await HaulProcess.run(
+            ["get", server.url("/file/busy.bin?size=1000&fail503=2&retryAfter=1").absoluteString],
+            directory: directory
+        )
+        #expect(busy.status == 0, "\(busy.standardError)")
+        #expect(busy.standardError.contains("503"))
+        try await server.shutdown()
+    }
+
+    @Test("Exit statuses tell usage, network and server errors apart")
+    func exitStatuses() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let notFound = try await HaulProcess.run(["get", server.url("/status/404").absoluteString], directory: directory)
+        #expect(notFound.status == 8)
+        #expect(notFound.standardError.contains("404"))
+        let refused = try await HaulProcess.run(["get", "--retries", "0", "http://127.0.0.1:9/nothing"], directory: directory)
+        #expect(refused.status == 4)
+        #expect(refused.standardError.contains("refused"))
+        let scheme = try await HaulProcess.run(["get", "ftp://127.0.0.1/x"], directory: directory)
+        #expect(scheme.status == 2)
+        #expect(scheme.standardError.contains("only http and https"))
+        let twoOutputs = try await HaulProcess.run(["get", "-o", "a", "http://127.0.0.1/a", "http://127.0.0.1/b"], directory: directory)
+        #expect(twoOutputs.status == 2)
+        let noURL = try await HaulProcess.run(["get"], directory: directory)
+        #expect(noURL.status == 2)
+        #expect(listing(directory).isEmpty, "failed runs leave nothing behind")
+        try await server.shutdown()
+    }
+
+    @Test("-i FILE with -j runs downloads in parallel over at most j connections")
+    func inputFileParallel() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let urls = (0..<20).map { server.url("/file/part\($0).bin?size=\(50_000 + $0)&seed=\($0)&rate=2000000").absoluteString }
+        let list = directory.appendingPathComponent("list.txt")
+        try ("# mirrors\n\n" + urls.joined(separator: "\n") + "\n").write(to: list, atomically: true, encoding: .utf8)
+        let result = try await HaulProcess.run(["get", "-j", "4", "-i", list.path, "-d", directory.path], directory: directory)
+        #expect(result.status == 0, "\(result.standardError)")
+        for index in 0..<20 {
+            let path = directory.appendingPathComponent("part\(index).bin").path
+            #expect(try TestContent.sha256Hex(ofFileAt: path) == TestContent.sha256Hex(size: Int64(50_000 + index), seed: UInt64(index)))
+        }
+        #expect(server.peakOpenConnections <= 4, "peak \(server.peakOpenConnections)")
+        #expect(server.peakOpenConnections >= 2, "downloads ran in parallel")
+        try await server.shutdown()
+    }
+
+    @Test("A corrupt checkpoint is reported and the download starts over")
+    func corruptCheckpoint() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        try Data("garbage".utf8).write(to: directory.appendingPathComponent("c.bin.haul-resume"))
+        let result = try await HaulProcess.run(["get", server.url("/file/c.bin?size=10000&seed=2").absoluteString], directory: directory)
+        #expect(result.status == 0)
+        #expect(result.standardError.contains("starting over"))
+        #expect(listing(directory) == ["c.bin"])
+        try await server.shutdown()
+    }
+
+    @Test("A full disk is a clear file error and no finished file appears", .enabled(if: geteuid() == 0))
+    func fullDisk() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let mountPoint = try makeTemporaryDirectory()
+        let mount = Process()
+        mount.executableURL = URL(fileURLWithPath: "/bin/mount")
+        mount.arguments = ["-t", "tmpfs", "-o", "size=1m", "tmpfs", mountPoint.path]
+        try mount.run()
+        mount.waitUntilExit()
+        try #require(mount.terminationStatus == 0, "cannot mount a tmpfs for the full-disk test")
+        defer {
+            let unmount = Process()
+            unmount.executableURL = URL(fileURLWithPath: "/bin/umount")
+            unmount.arguments = [mountPoint.path]
+            try? unmount.run()
+            unmount.waitUntilExit()
+        }
+        let result = try await HaulProcess.run(["get", "-d", mountPoint.path, server.url("/file/huge.bin?size=3000000").absoluteString], directory: mountPoint)
+        #expect(result.status == 3, "\(result.standardError)")
+        #expect(result.standardError.contains("No space left on device"))
+        #expect(!FileManager.default.fileExists(atPath: mountPoint.appendingPathComponent("huge.bin").path))
+        try await server.shutdown()
+    }
+}

@@ -1,0 +1,100 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs the built `haul` executable as a user would, capturing its output.
+struct HaulProcess {
+    struct Result {
+        var status: Int32
+        var standardOutput: String
+        var standardError: String
+    }
+
+    /// The `haul` binary beside the test bundle (`swift build` puts both in the same folder).
+    static var executable: URL {
+        let bundle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        for candidate in [bundle, bundle.deletingLastPathComponent(), Bundle.main.bundleURL.deletingLastPathComponent()] {
+            let url = candidate.appendingPathComponent("haul")
+            if FileManager.default.isExecutableFile(atPath: url.path) { return url }
+        }
+        return bundle.appendingPathComponent("haul")
+    }
+
+    let process = Process()
+    private let outputPipe = Pipe()
+    private let errorPipe = Pipe()
+
+    init(_ arguments: [String], directory: URL) {
+        self.process.executableURL = Self.executable
+        self.process.arguments = arguments
+        self.process.currentDirectoryURL = directory
+        self.process.standardOutput = self.outputPipe
+        self.process.standardError = self.errorPipe
+        self.process.standardInput = FileHandle.nullDevice
+    }
+
+    func start() throws {
+        try self.process.run()
+    }
+
+    /// Sends SIGINT, as Ctrl-C does.
+    func interrupt() {
+        kill(self.process.processIdentifier, SIGINT)
+    }
+
+    func wait() async -> Result {
+        let output = self.outputPipe.fileHandleForReading
+        let error = self.errorPipe.fileHandleForReading
+        let process = self.process
+        async let outData = blocking { output.readDataToEndOfFile() }
+        async let errData = blocking { error.readDataToEndOfFile() }
+        let (out, err) = await (outData, errData)
+        await blocking { process.waitUntilExit() }
+        return Result(
+            status: process.terminationStatus,
+            standardOutput: String(decoding: out, as: UTF8.self),
+            standardError: String(decoding: err, as: UTF8.self)
+        )
+    }
+
+    /// Runs `haul ARGUMENTS` to the end.
+    static func run(_ arguments: [String], directory: URL) async throws -> Result {
+        let process = HaulProcess(arguments, directory: directory)
+        try process.start()
+        return await process.wait()
+    }
+}
+
+func makeTemporaryDirectory() throws -> URL {
+    let url = FileManager.default.temporaryDirectory.appendingPathComponent("haul-cli-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    return url
+}
+
+func listing(_ directory: URL) -> [String] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).sorted()
+}
+
+@discardableResult
+func waitUntil(timeout: Duration = .seconds(20), _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return condition()
+}
+
+/// The size of the file at `path`, or `nil` when there is none.
+func fileSize(_ path: String) -> Int64? {
+    (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
+}
+
+/// Runs a blocking call on a Dispatch thread, never on the (small) cooperative pool, which
+/// blocking reads would starve on a 2-core machine.
+func blocking<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(returning: body()) }
+    }
+}
