@@ -107,6 +107,7 @@ public final class TransferSessionDownloadTask: TransferSessionTask, @unchecked 
                 defer {
                     inner.pendingBytesWritten = 0
                     inner.isProgressDeliveryScheduled = false
+                    inner.lastProgressDelivery = ContinuousClock.now
                 }
                 return (inner.pendingBytesWritten, inner.countOfBytesReceived, inner.countOfBytesExpectedToReceive)
             }
@@ -124,6 +125,7 @@ public final class TransferSessionDownloadTask: TransferSessionTask, @unchecked 
     }
 
     override func deliverSuccess(response: ResponseInfo, bytesOnDisk: Int64) {
+        self.flushPendingProgress()
         let session = self.session
         let location = URL(fileURLWithPath: self.filePath)
         let path = self.filePath

@@ -59,6 +59,7 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
         /// Progress not yet delivered to the delegate.
         var pendingBytesWritten: Int64 = 0
         var isProgressDeliveryScheduled = false
+        var lastProgressDelivery = ContinuousClock.now - .seconds(1)
         /// Data-task body gate: bytes wait here until the delegate allows the response.
         var dataGate = DataGate.open
         var receivedData = Data()
@@ -203,8 +204,14 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
     /// Data-task body bytes arrived (on an event loop).
     func bodyReceived(_ data: Data) {}
 
-    /// Download progress is pending and no delivery is queued yet.
+    /// Queues one delivery of the pending download progress.
     func scheduleProgressDelivery() {}
+
+    /// Queues a delivery of progress that is still pending, so that it reaches the delegate
+    /// before the completion queued next.
+    func flushPendingProgress() {
+        if self.inner.withLock({ $0.pendingBytesWritten > 0 }) { self.scheduleProgressDelivery() }
+    }
 
     /// The partial file of a download task; data tasks never use it.
     var partialFilePath: String { preconditionFailure("only download tasks have a partial file") }
@@ -213,13 +220,6 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
 
     private func handle(_ outcome: TransferOutcome) {
         switch outcome {
-        case .stopped(.pause, _, let point):
-            let action = self.inner.withLock { inner in
-                inner.run = nil
-                inner.resumePoint = point
-                return inner.lifecycle.transferStopped()
-            }
-            self.perform(action)
         case .stopped(_, _, let point):
             let action = self.inner.withLock { inner in
                 inner.run = nil
@@ -297,6 +297,7 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
     /// Records the final error (nil for success) and delivers the completion, then tells the
     /// session the task is done.
     func finish(error: (any Error)?) {
+        self.flushPendingProgress()
         self.inner.withLock { $0.error = error }
         self.deliverCompletion(error: error)
         self.session.taskDidComplete(self)
@@ -328,15 +329,29 @@ extension TransferSessionTask: TransferRunObserver {
     }
 
     package func transferRun(_ run: TransferRun, didWrite byteCount: Int, totalOnDisk: Int64, expectedTotal: Int64?) {
-        let shouldSchedule = self.inner.withLock { inner -> Bool in
+        // Progress is coalesced: at most one delivery is queued, and deliveries are at least
+        // `progressInterval` apart, so a fast transfer costs the delegate queue ~25 wake-ups a
+        // second instead of one per network read.
+        let delay = self.inner.withLock { inner -> Duration? in
             inner.countOfBytesReceived = totalOnDisk
             inner.pendingBytesWritten += Int64(byteCount)
-            guard !inner.isProgressDeliveryScheduled else { return false }
+            guard !inner.isProgressDeliveryScheduled else { return nil }
             inner.isProgressDeliveryScheduled = true
-            return true
+            return inner.lastProgressDelivery + Self.progressInterval - ContinuousClock.now
         }
-        if shouldSchedule { self.scheduleProgressDelivery() }
+        guard let delay else { return }
+        if delay <= .zero {
+            self.scheduleProgressDelivery()
+        } else {
+            let (seconds, attoseconds) = delay.components
+            run.eventLoop.scheduleTask(in: .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)) {
+                self.scheduleProgressDelivery()
+            }
+        }
     }
+
+    /// The shortest time between two progress deliveries of one task.
+    static let progressInterval = Duration.milliseconds(40)
 
     package func transferRun(_ run: TransferRun, didReceive body: ByteBuffer) {
         self.bodyReceived(Data(buffer: body))

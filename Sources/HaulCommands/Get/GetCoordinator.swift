@@ -86,8 +86,21 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
 
     // MARK: - One download with retries
 
+    /// Base names already used by a job of this run: two URLs ending in the same name must not
+    /// share a partial file.
+    private var claimedNames: Set<String> = []
+
+    private func claimBaseName(for url: URL) -> String {
+        let wanted = FileNaming.suggestedFilename(contentDisposition: nil, url: url)
+        return self.lock.withLock {
+            let name = FileNaming.firstAvailableName(for: wanted) { self.claimedNames.contains($0) }
+            self.claimedNames.insert(name)
+            return name
+        }
+    }
+
     private func download(_ url: URL) async -> ExitStatus {
-        let job = DownloadJob(url: url, options: self.options)
+        let job = DownloadJob(url: url, options: self.options, baseName: self.claimBaseName(for: url))
         if self.options.fresh { job.discardCheckpoint() }
         var resumeData = job.loadCheckpoint(reporter: self.reporter)
         if resumeData == nil, let existing = job.existingFinalFile {

@@ -48,6 +48,9 @@ package final class TransferRun: Sendable {
     let resourceTimeout: Duration?
     let observer: any TransferRunObserver
     let state: Mutex<State>
+    /// Every exchange of the run, its connection and its delegate live on this one event loop,
+    /// so body chunks never hop between threads.
+    package let eventLoop: any EventLoop
 
     package init(
         engine: TransferEngine,
@@ -61,6 +64,7 @@ package final class TransferRun: Sendable {
         self.destination = destination
         self.resourceTimeout = resourceTimeout
         self.observer = observer
+        self.eventLoop = engine.client.eventLoopGroup.next()
         let resume: ResumePoint? = if case .file(_, let point) = destination { point } else { nil }
         self.state = Mutex(State(machine: DownloadStateMachine(method: request.method, resume: resume)))
     }
@@ -214,7 +218,11 @@ package final class TransferRun: Sendable {
             return .failed(Self.urlError(for: error, url: request.url))
         }
         let delegate = ExchangeDelegate(run: self, url: request.url)
-        let task = self.engine.client.execute(request: clientRequest, delegate: delegate)
+        let task = self.engine.client.execute(
+            request: clientRequest,
+            delegate: delegate,
+            eventLoop: .delegateAndChannel(on: self.eventLoop)
+        )
         let alreadyStopped = self.state.withLock { state -> Bool in
             state.currentTask = task
             return state.stopReason != nil
