@@ -22,6 +22,8 @@ package final class TransferEngine: Sendable {
     }
 
     let client: HTTPClient
+    /// The loop all of this engine's transfers run on.
+    package let eventLoop: any EventLoop
     package let limiter: HostConnectionLimiter
     let redirectPolicy: RedirectPolicy
     package let configuration: Configuration
@@ -44,7 +46,12 @@ package final class TransferEngine: Sendable {
             decompression: .disabled
         )
         clientConfiguration.httpVersion = .automatic
-        self.client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: clientConfiguration)
+        // One event loop per engine: every connection of the session and every delegate
+        // callback run on the same thread, so body chunks never hop between threads and idle
+        // connections are always reusable (a connection pinned to another loop would not be).
+        // Sessions spread over the loops of the shared group.
+        self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        self.client = HTTPClient(eventLoopGroup: self.eventLoop, configuration: clientConfiguration)
         self.limiter = HostConnectionLimiter(limit: configuration.maximumConnectionsPerHost)
         self.redirectPolicy = RedirectPolicy(maximumRedirects: configuration.maximumRedirects)
     }

@@ -48,9 +48,8 @@ package final class TransferRun: Sendable {
     let resourceTimeout: Duration?
     let observer: any TransferRunObserver
     let state: Mutex<State>
-    /// Every exchange of the run, its connection and its delegate live on this one event loop,
-    /// so body chunks never hop between threads.
-    package let eventLoop: any EventLoop
+    /// The engine's event loop: every exchange, its connection and its delegate live on it.
+    package var eventLoop: any EventLoop { self.engine.eventLoop }
 
     package init(
         engine: TransferEngine,
@@ -64,7 +63,6 @@ package final class TransferRun: Sendable {
         self.destination = destination
         self.resourceTimeout = resourceTimeout
         self.observer = observer
-        self.eventLoop = engine.client.eventLoopGroup.next()
         let resume: ResumePoint? = if case .file(_, let point) = destination { point } else { nil }
         self.state = Mutex(State(machine: DownloadStateMachine(method: request.method, resume: resume)))
     }
@@ -218,11 +216,10 @@ package final class TransferRun: Sendable {
             return .failed(Self.urlError(for: error, url: request.url))
         }
         let delegate = ExchangeDelegate(run: self, url: request.url)
-        let task = self.engine.client.execute(
-            request: clientRequest,
-            delegate: delegate,
-            eventLoop: .delegateAndChannel(on: self.eventLoop)
-        )
+        // `.indifferent`: the client's group is the engine's single loop, so delegate and
+        // channel share it anyway, and the pool never opens "overflow" connections beyond the
+        // per-host limit as it does for requests that require a particular loop.
+        let task = self.engine.client.execute(request: clientRequest, delegate: delegate, eventLoop: .indifferent)
         let alreadyStopped = self.state.withLock { state -> Bool in
             state.currentTask = task
             return state.stopReason != nil
