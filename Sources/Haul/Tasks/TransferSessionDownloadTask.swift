@@ -135,7 +135,7 @@ public final class TransferSessionDownloadTask: TransferSessionTask, @unchecked 
         if let handler = self.completionHandler {
             session.enqueueDelegateCall { _ in
                 handler(location, urlResponse.value, nil)
-                if !handsOver { try? FileManager.default.removeItem(atPath: path) }
+                if !handsOver { unlink(path) }
             }
         } else {
             session.enqueueDelegateCall { delegate in
@@ -144,7 +144,7 @@ public final class TransferSessionDownloadTask: TransferSessionTask, @unchecked 
                     downloadTask: self,
                     didFinishDownloadingTo: location
                 )
-                if !handsOver { try? FileManager.default.removeItem(atPath: path) }
+                if !handsOver { unlink(path) }
                 (delegate as? any TransferSessionTaskDelegate)?.urlSession(session, task: self, didCompleteWithError: nil)
             }
         }

@@ -67,8 +67,14 @@ struct DownloadJob: Sendable {
 
     /// Removes the checkpoint and the partial file.
     func discardCheckpoint() {
-        try? FileManager.default.removeItem(atPath: self.checkpointPath)
-        try? FileManager.default.removeItem(atPath: self.partialPath)
+        unlink(self.checkpointPath)
+        unlink(self.partialPath)
+    }
+
+    /// Removes the checkpoint after a successful download (the partial file has become the
+    /// final file already).
+    func discardCheckpointFile() {
+        unlink(self.checkpointPath)
     }
 
     /// Moves the finished file to its final name without overwriting anything. The name comes

@@ -128,7 +128,7 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
             let result = await self.perform(task, job: job)
             switch result {
             case .saved(let path, let bytes):
-                job.discardCheckpoint()
+                if resumeData != nil { job.discardCheckpointFile() }
                 self.reporter.jobFinished(job.displayName, savedAs: path, bytes: bytes)
                 return .success
             case .moveFailed(let message):
@@ -258,7 +258,7 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         let status = response?.statusCode ?? 0
         let result: AttemptResult
         if (200..<300).contains(status) {
-            let size = fileSize(location.path) ?? 0
+            let size = downloadTask.countOfBytesReceived
             do {
                 let path = try job.moveIntoPlace(location.path, response: response)
                 result = .saved(path: path, bytes: size)
