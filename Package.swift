@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "Haul", targets: ["Haul"]),
         .library(name: "HaulCore", targets: ["HaulCore"]),
         .executable(name: "haul", targets: ["haul"]),
+        .executable(name: "hauld", targets: ["hauld"]),
     ],
     dependencies: [
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
@@ -20,6 +21,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-crypto.git", from: "3.12.3"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
     ],
     targets: [
         // Pure decision logic: resume rules, resume-data codec, retry policy, file naming, state machines.
@@ -49,6 +52,38 @@ let package = Package(
                 "HaulEngine",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // The daemon's durable task store: SQLite through GRDB, with migrations.
+        .target(
+            name: "HaulStore",
+            dependencies: [
+                "HaulCore",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // hauld: background transfers that outlive their clients, served over a Unix socket.
+        .target(
+            name: "HaulDaemon",
+            dependencies: [
+                "HaulCore",
+                "HaulEngine",
+                "HaulStore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "hauld",
+            dependencies: [
+                "HaulDaemon",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictSettings
         ),
@@ -97,6 +132,17 @@ let package = Package(
                 "HaulCore",
                 "HaulTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "HaulDaemonTests",
+            dependencies: [
+                "HaulDaemon",
+                "HaulStore",
+                "HaulCore",
+                "HaulTestSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
             ],
             swiftSettings: strictSettings
         ),

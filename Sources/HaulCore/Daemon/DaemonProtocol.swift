@@ -1,0 +1,159 @@
+import Foundation
+
+/// The protocol between `hauld` and its clients: one JSON object per line (JSON Lines) over a
+/// Unix domain socket in a directory only the user can open.
+///
+/// A client sends ``DaemonRequest`` lines; the daemon answers each with a ``DaemonResponse``
+/// carrying the same `id`, and pushes ``DaemonEvent`` lines for the session the connection is
+/// attached to. Every line the daemon sends is a ``DaemonServerLine``. A line that is not a valid
+/// request is answered with an error response (`id` 0 when unknown); the connection stays open.
+public enum DaemonProtocol {
+    /// The protocol version; `attach` fails when client and daemon disagree.
+    public static let version = 1
+    /// Longest line accepted, in bytes.
+    public static let maximumLineLength = 1 << 20
+}
+
+/// A client's request.
+public struct DaemonRequest: Codable, Sendable, Hashable {
+    public enum Method: String, Codable, Sendable, Hashable {
+        /// Attach this connection to a session (`session`); refused while another connection is
+        /// attached to it. Answers with the session's live tasks; queued events follow, then
+        /// `eventsDrained`.
+        case attach
+        /// Create a download task (`url`, `headers`, `taskDescription`, `isDiscretionary`,
+        /// `resourceTimeout`); answers with `taskID`. The task starts suspended.
+        case createDownload
+        /// Start or continue a task (`taskID`). Durable once answered.
+        case resume
+        /// Pause a task (`taskID`), keeping its bytes.
+        case suspend
+        /// Cancel a task (`taskID`); with `produceResumeData`, the answer carries resume data.
+        case cancel
+        /// The client handled the event `eventID`; the daemon forgets it (and its held file).
+        case acknowledge
+        /// The session's live tasks.
+        case listTasks
+        /// Liveness check; answers with the daemon's process id.
+        case ping
+    }
+
+    public var id: Int
+    public var method: Method
+    public var protocolVersion: Int?
+    public var session: String?
+    public var url: URL?
+    public var headers: HTTPHeaderFields?
+    public var taskDescription: String?
+    public var isDiscretionary: Bool?
+    public var resourceTimeout: Double?
+    public var taskID: Int64?
+    public var eventID: Int64?
+    public var produceResumeData: Bool?
+    /// With `attach`: the command the daemon runs when events are pending and no client is
+    /// attached (`sessionSendsLaunchEvents`); `nil` to not be launched.
+    public var launchCommand: [String]?
+
+    public init(id: Int, method: Method) {
+        self.id = id
+        self.method = method
+    }
+}
+
+/// A snapshot of a task, as `attach` and `listTasks` report it.
+public struct DaemonTaskSnapshot: Codable, Sendable, Hashable {
+    public var taskID: Int64
+    public var originalURL: URL
+    public var currentURL: URL
+    /// `waiting`, `running` or `suspended`.
+    public var state: String
+    public var bytesOnDisk: Int64
+    public var entityLength: Int64?
+    public var taskDescription: String?
+
+    public init(
+        taskID: Int64,
+        originalURL: URL,
+        currentURL: URL,
+        state: String,
+        bytesOnDisk: Int64,
+        entityLength: Int64?,
+        taskDescription: String?
+    ) {
+        self.taskID = taskID
+        self.originalURL = originalURL
+        self.currentURL = currentURL
+        self.state = state
+        self.bytesOnDisk = bytesOnDisk
+        self.entityLength = entityLength
+        self.taskDescription = taskDescription
+    }
+}
+
+/// The daemon's answer to one request.
+public struct DaemonResponse: Codable, Sendable, Hashable {
+    public var id: Int
+    /// Set when the request failed; the other fields are then absent.
+    public var error: String?
+    public var taskID: Int64?
+    public var tasks: [DaemonTaskSnapshot]?
+    public var resumeData: Data?
+    public var processID: Int32?
+
+    public init(id: Int, error: String? = nil) {
+        self.id = id
+        self.error = error
+    }
+}
+
+/// Something that happened to a task of the attached session.
+public struct DaemonEvent: Codable, Sendable, Hashable {
+    public enum Kind: String, Codable, Sendable, Hashable {
+        /// Live only: bytes on disk changed.
+        case progress
+        /// Live only: a request continued at `offset` (0: the server sent the whole entity).
+        case resumed
+        /// Durable: the download's file is at `heldFilePath` until acknowledged.
+        case finishedDownloading
+        /// Durable: the task completed (`errorCode` nil on success).
+        case completed
+        /// Every durable event queued before the attach has been sent.
+        case eventsDrained
+    }
+
+    public var kind: Kind
+    public var taskID: Int64?
+    /// For durable events: acknowledge it with this id once handled.
+    public var eventID: Int64?
+    public var bytesOnDisk: Int64?
+    public var bytesWritten: Int64?
+    public var expectedTotal: Int64?
+    public var offset: Int64?
+    public var heldFilePath: String?
+    public var statusCode: Int?
+    public var responseHeaders: HTTPHeaderFields?
+    public var responseURL: URL?
+    public var originalURL: URL?
+    public var errorCode: Int?
+    public var errorMessage: String?
+    public var resumeData: Data?
+
+    public init(kind: Kind, taskID: Int64? = nil) {
+        self.kind = kind
+        self.taskID = taskID
+    }
+}
+
+/// One line from the daemon: either a response or an event.
+public struct DaemonServerLine: Codable, Sendable, Hashable {
+    public var response: DaemonResponse?
+    public var event: DaemonEvent?
+
+    public init(response: DaemonResponse) {
+        self.response = response
+    }
+
+    public init(event: DaemonEvent) {
+        self.event = event
+    }
+}

@@ -1,0 +1,35 @@
+import Foundation
+import HaulStore
+import Logging
+import ServiceLifecycle
+
+/// `hauld` as a service: takes the store's lock, opens the store, resumes interrupted tasks,
+/// serves the socket, and on graceful shutdown (SIGTERM/SIGINT) pauses every transfer with its
+/// checkpoint so that the next start continues them.
+public struct DaemonService: Service {
+    public let paths: DaemonPaths
+    public let configuration: TransferDaemon.Configuration
+    public let logger: Logger
+
+    public init(paths: DaemonPaths, configuration: TransferDaemon.Configuration = .init(), logger: Logger) {
+        self.paths = paths
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        try self.paths.createDirectories()
+        let lock = try DaemonLock(path: self.paths.lockPath)
+        let store = try TransferStore.open(path: self.paths.storePath)
+        let daemon = TransferDaemon(store: store, paths: self.paths, configuration: self.configuration, logger: self.logger)
+        try daemon.start()
+        let server = try await DaemonServer.start(path: self.paths.socketPath, daemon: daemon)
+        self.logger.info("hauld \(getpid()) serving \(self.paths.socketPath), store \(self.paths.storePath)")
+        try? await gracefulShutdown()
+        self.logger.info("shutting down: pausing transfers")
+        await server.close()
+        await daemon.shutdown()
+        unlink(self.paths.socketPath)
+        withExtendedLifetime(lock) {}
+    }
+}

@@ -1,0 +1,33 @@
+import Foundation
+import NIOCore
+import NIOPosix
+
+/// Listens on the daemon's Unix domain socket.
+public final class DaemonServer: Sendable {
+    private let channel: any Channel
+
+    private init(channel: any Channel) {
+        self.channel = channel
+    }
+
+    /// Binds `path` (replacing a stale socket file) and serves `daemon` on it.
+    public static func start(path: String, daemon: TransferDaemon) async throws -> DaemonServer {
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 64)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(JSONLineDecoder()))
+                    try channel.pipeline.syncOperations.addHandler(DaemonConnectionHandler(daemon: daemon))
+                }
+            }
+            .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true)
+            .get()
+        chmod(path, 0o600)
+        return DaemonServer(channel: channel)
+    }
+
+    /// Stops accepting connections.
+    public func close() async {
+        try? await self.channel.close()
+    }
+}

@@ -1,0 +1,332 @@
+import Foundation
+import HaulCore
+import HaulEngine
+import HaulStore
+import Logging
+import Synchronization
+
+/// Something attached to a session that receives its events (a client connection).
+public protocol DaemonClient: AnyObject, Sendable {
+    /// Sends one event line. Called from the daemon's delivery queue, in order.
+    func send(_ event: DaemonEvent)
+}
+
+/// A request the daemon refuses, with a message for the client.
+public struct DaemonError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// The background transfer service: runs the tasks of every background session with the
+/// engine, checkpoints them in the store, retries what fails, keeps finished downloads and
+/// their events until a client takes them, and wakes clients that asked to be launched.
+///
+/// Durability: a task's request is in the store before `createDownload` answers, its
+/// running state before `resume` answers. Progress is checkpointed every
+/// ``Configuration/checkpointBytes`` or ``Configuration/checkpointInterval``, whichever comes
+/// first, so after a crash at any instant at most that much is fetched again.
+public final class TransferDaemon: Sendable {
+    public struct Configuration: Sendable {
+        /// Transfers running at once over all sessions.
+        public var maximumConcurrentTransfers = 4
+        /// A checkpoint is written after at most this many new bytes…
+        public var checkpointBytes: Int64 = 1 << 20
+        /// …or this much time, whichever comes first.
+        public var checkpointInterval: Duration = .milliseconds(500)
+        /// Live progress events are at least this far apart per task.
+        public var progressInterval: Duration = .milliseconds(250)
+        /// Retries of network failures and transient statuses.
+        public var retryPolicy = RetryPolicy(
+            maximumAttempts: 20,
+            initialDelay: 1,
+            maximumDelay: 60,
+            maximumRetryAfter: 3600,
+            retriesRefusedConnections: true
+        )
+        /// Idle timeout of one request.
+        public var idleTimeout: Duration = .seconds(60)
+        /// A session's launch command runs at most this often.
+        public var launchInterval: Duration = .seconds(10)
+
+        public init() {}
+    }
+
+    struct Active {
+        var transfer: ActiveTransfer
+        var run: TransferRun
+        var cancelWaiters: [CheckedContinuation<Data?, Never>] = []
+        var produceResumeData = false
+        /// Set when a discretionary task was paused to make room; it goes back to waiting.
+        var yielded = false
+    }
+
+    struct State {
+        var attached: [String: any DaemonClient] = [:]
+        var lastDeliveredEvent: [String: Int64] = [:]
+        var active: [Int64: Active] = [:]
+        var lastLaunch: [String: ContinuousClock.Instant] = [:]
+        var isShuttingDown = false
+        var wakeUpScheduled: Date?
+    }
+
+    let store: TransferStore
+    let paths: DaemonPaths
+    let configuration: Configuration
+    let engine: TransferEngine
+    let logger: Logger
+    let state = Mutex(State())
+    /// Serialises event delivery and checkpoint writes, keeping both in order.
+    let deliveryQueue = DispatchQueue(label: "hauld.delivery")
+
+    public init(store: TransferStore, paths: DaemonPaths, configuration: Configuration = Configuration(), logger: Logger) {
+        self.store = store
+        self.paths = paths
+        self.configuration = configuration
+        self.logger = logger
+        var engineConfiguration = TransferEngine.Configuration()
+        engineConfiguration.idleTimeout = configuration.idleTimeout
+        engineConfiguration.maximumConnectionsPerHost = 6
+        self.engine = TransferEngine(configuration: engineConfiguration)
+    }
+
+    /// Picks up the tasks a previous daemon left running and starts transferring.
+    public func start() throws {
+        let revived = try self.store.reviveInterruptedTasks()
+        if !revived.isEmpty { self.logger.info("resuming \(revived.count) interrupted or waiting task(s)") }
+        self.schedule()
+        for session in try self.store.sessionsWithPendingEvents() { self.launchIfNeeded(session: session) }
+    }
+
+    /// Stops every transfer, keeping its bytes and checkpoint, and closes the engine.
+    public func shutdown() async {
+        let runs = self.state.withLock { state -> [TransferRun] in
+            state.isShuttingDown = true
+            return state.active.values.map(\.run)
+        }
+        for run in runs { run.stop(.pause) }
+        for _ in 0..<500 {
+            if self.state.withLock({ $0.active.isEmpty }) { break }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        await withCheckedContinuation { continuation in self.deliveryQueue.async { continuation.resume() } }
+        await self.engine.shutdown()
+    }
+
+    // MARK: - Requests
+
+    /// Attaches `client` to `session`; returns the session's live tasks. Queued events follow.
+    public func attach(session: String, launchCommand: [String]?, client: any DaemonClient) throws -> [DaemonTaskSnapshot] {
+        try self.state.withLock { state in
+            if let existing = state.attached[session], existing !== client {
+                throw DaemonError("the background session '\(session)' is already in use by another client")
+            }
+            state.attached[session] = client
+            state.lastDeliveredEvent[session] = 0
+        }
+        try self.store.save(StoredSession(identifier: session, launchCommand: launchCommand))
+        return try self.snapshots(session: session)
+    }
+
+    /// Sends the events queued for `session` and then `eventsDrained`.
+    public func sendBacklog(session: String) {
+        self.deliveryQueue.async {
+            self.flushLocked(session: session)
+            if let client = self.state.withLock({ $0.attached[session] }) {
+                client.send(DaemonEvent(kind: .eventsDrained))
+            }
+        }
+    }
+
+    /// The connection of `client` ended.
+    public func detach(client: any DaemonClient) {
+        self.state.withLock { state in
+            for (session, attached) in state.attached where attached === client {
+                state.attached[session] = nil
+            }
+        }
+    }
+
+    public func snapshots(session: String) throws -> [DaemonTaskSnapshot] {
+        try self.store.liveTasks(session: session).map { task in
+            let live = self.state.withLock { $0.active[task.id!]?.run.bytesOnDisk }
+            return DaemonTaskSnapshot(
+                taskID: task.id!,
+                originalURL: task.originalURL,
+                currentURL: task.currentURL,
+                state: task.state.rawValue,
+                bytesOnDisk: live ?? task.bytesOnDisk,
+                entityLength: task.entityLength,
+                taskDescription: task.taskDescription
+            )
+        }
+    }
+
+    /// Records a new, suspended download task.
+    public func createDownload(
+        session: String,
+        url: URL,
+        headers: HTTPHeaderFields,
+        taskDescription: String?,
+        isDiscretionary: Bool,
+        resourceTimeout: Double
+    ) throws -> Int64 {
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+            throw DaemonError("background sessions transfer only http and https URLs, not \(url.absoluteString)")
+        }
+        let partial = self.paths.partialDirectory.appendingPathComponent("\(UUID().uuidString).part").path
+        let task = StoredTask(
+            sessionIdentifier: session,
+            url: url,
+            requestHeaders: headers,
+            taskDescription: taskDescription,
+            isDiscretionary: isDiscretionary,
+            partialFilePath: partial,
+            resourceDeadline: Date().addingTimeInterval(max(1, resourceTimeout))
+        )
+        return try self.store.insert(task).id!
+    }
+
+    /// Starts or continues a task. Durable once it returns.
+    public func resume(session: String, taskID: Int64) throws {
+        var task = try self.ownedTask(session: session, taskID: taskID)
+        guard task.state == .suspended else { return }
+        task.state = .waiting
+        task.notBefore = nil
+        try self.store.update(task)
+        self.schedule()
+    }
+
+    /// Pauses a task, keeping its bytes.
+    public func suspend(session: String, taskID: Int64) throws {
+        var task = try self.ownedTask(session: session, taskID: taskID)
+        if let run = self.state.withLock({ $0.active[taskID]?.run }) {
+            task.state = .suspended
+            try self.store.update(task)
+            run.stop(.pause)
+            return
+        }
+        guard task.state == .waiting else { return }
+        task.state = .suspended
+        try self.store.update(task)
+    }
+
+    /// Cancels a task for good; returns resume data when asked and possible.
+    public func cancel(session: String, taskID: Int64, produceResumeData: Bool) async throws -> Data? {
+        let task = try self.ownedTask(session: session, taskID: taskID)
+        guard task.state != .completed else { return nil }
+        let waiting: TransferRun? = self.state.withLock { state in
+            guard state.active[taskID] != nil else { return nil }
+            state.active[taskID]!.produceResumeData = state.active[taskID]!.produceResumeData || produceResumeData
+            return state.active[taskID]!.run
+        }
+        if let run = waiting {
+            return await withCheckedContinuation { continuation in
+                self.state.withLock { $0.active[taskID]?.cancelWaiters.append(continuation) }
+                run.stop(.cancel)
+            }
+        }
+        return self.completeCancelled(task, point: task.resumePoint, produceResumeData: produceResumeData)
+    }
+
+    /// Forgets a handled event and deletes its held file.
+    public func acknowledge(session: String, eventID: Int64) throws {
+        if let event = try self.store.acknowledge(eventID: eventID, session: session), let held = event.heldFilePath {
+            unlink(held)
+        }
+    }
+
+    private func ownedTask(session: String, taskID: Int64) throws -> StoredTask {
+        guard let task = try self.store.task(id: taskID), task.sessionIdentifier == session else {
+            throw DaemonError("no task \(taskID) in session '\(session)'")
+        }
+        return task
+    }
+
+    // MARK: - Scheduling
+
+    /// Starts waiting tasks while slots are free: non-discretionary first, then oldest first.
+    /// A waiting non-discretionary task makes a running discretionary one yield its slot.
+    func schedule() {
+        let waiting: [StoredTask]
+        do {
+            waiting = try self.store.waitingTasks()
+        } catch {
+            self.logger.error("cannot read the task store: \(error)")
+            return
+        }
+        let now = Date()
+        let ready = waiting.filter { ($0.notBefore ?? .distantPast) <= now }
+            .sorted { ($0.isDiscretionary ? 1 : 0, $0.id!) < ($1.isDiscretionary ? 1 : 0, $1.id!) }
+        var toStart: [StoredTask] = []
+        var toYield: [TransferRun] = []
+        self.state.withLock { state in
+            guard !state.isShuttingDown else { return }
+            var free = self.configuration.maximumConcurrentTransfers - state.active.count
+            for task in ready where state.active[task.id!] == nil {
+                if free > 0 {
+                    toStart.append(task)
+                    free -= 1
+                } else if !task.isDiscretionary,
+                    let victim = state.active.first(where: { $0.value.transfer.task.isDiscretionary && !$0.value.yielded })
+                {
+                    state.active[victim.key]?.yielded = true
+                    toYield.append(victim.value.run)
+                }
+            }
+        }
+        for run in toYield { run.stop(.pause) }
+        for task in toStart { self.startTransfer(task) }
+        if let next = waiting.compactMap(\.notBefore).filter({ $0 > now }).min() {
+            self.scheduleWakeUp(at: next)
+        }
+    }
+
+    private func scheduleWakeUp(at date: Date) {
+        let shouldSchedule = self.state.withLock { state -> Bool in
+            if let planned = state.wakeUpScheduled, planned <= date, planned > Date() { return false }
+            state.wakeUpScheduled = date
+            return true
+        }
+        guard shouldSchedule else { return }
+        let delay = max(0, date.timeIntervalSinceNow) + 0.01
+        DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [weak self] in
+            self?.state.withLock { $0.wakeUpScheduled = nil }
+            self?.schedule()
+        }
+    }
+
+    private func startTransfer(_ stored: StoredTask) {
+        var task = stored
+        task.state = .running
+        do { try self.store.update(task) } catch {
+            self.logger.error("cannot record task \(task.id!) as running: \(error)")
+            return
+        }
+        let request = TransferRequest(url: task.currentURL, method: "GET", headers: task.requestHeaders)
+        var point = task.resumePoint
+        if let offset = point?.offset, (PartialFileSize.of(task.partialFilePath) ?? 0) < offset {
+            point = nil  // the partial file lost bytes: start over
+        }
+        let transfer = ActiveTransfer(daemon: self, task: task, startingPoint: point)
+        let remaining = task.resourceDeadline.timeIntervalSinceNow
+        let run = TransferRun(
+            engine: self.engine,
+            request: request,
+            destination: .file(path: task.partialFilePath, resume: point),
+            resourceTimeout: .milliseconds(Int64(max(0, remaining) * 1000)),
+            observer: transfer
+        )
+        self.state.withLock { $0.active[task.id!] = Active(transfer: transfer, run: run) }
+        self.logger.debug("task \(task.id!) starts at offset \(point?.offset ?? 0)")
+        let started = task
+        run.start { outcome in self.transferEnded(started, outcome: outcome) }
+    }
+}
+
+enum PartialFileSize {
+    static func of(_ path: String) -> Int64? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return Int64(info.st_size)
+    }
+}

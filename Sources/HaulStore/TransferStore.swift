@@ -1,0 +1,201 @@
+import Foundation
+import GRDB
+import HaulCore
+
+/// The daemon's durable state: tasks and the events owed to clients, in one SQLite database.
+///
+/// Wraps a GRDB writer, migrates it when opened, and offers intention-named methods. Shipped
+/// migrations are never edited; new ones are appended.
+public struct TransferStore: Sendable {
+    private let writer: any DatabaseWriter
+
+    /// Opens (creating if needed) the store at `path`, in WAL mode.
+    ///
+    /// - Throws: GRDB's error when the file cannot be opened or migrated.
+    public static func open(path: String) throws -> TransferStore {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(5)
+        let pool = try DatabasePool(path: path, configuration: configuration)
+        return try TransferStore(writer: pool)
+    }
+
+    /// A store in memory, for tests.
+    public static func inMemory() throws -> TransferStore {
+        try TransferStore(writer: DatabaseQueue())
+    }
+
+    public init(writer: any DatabaseWriter) throws {
+        self.writer = writer
+        try Self.migrator.migrate(writer)
+    }
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1: tasks and pending events") { db in
+            try db.create(table: StoredTask.databaseTableName) { table in
+                table.autoIncrementedPrimaryKey("id")
+                table.column("sessionIdentifier", .text).notNull().indexed()
+                table.column("state", .text).notNull()
+                table.column("originalURL", .text).notNull()
+                table.column("currentURL", .text).notNull()
+                table.column("requestHeaders", .jsonText).notNull()
+                table.column("taskDescription", .text)
+                table.column("isDiscretionary", .boolean).notNull()
+                table.column("partialFilePath", .text).notNull()
+                table.column("bytesOnDisk", .integer).notNull()
+                table.column("entityLength", .integer)
+                table.column("entityTag", .text)
+                table.column("lastModified", .text)
+                table.column("failedAttempts", .integer).notNull()
+                table.column("lastError", .text)
+                table.column("createdAt", .datetime).notNull()
+                table.column("resourceDeadline", .datetime).notNull()
+                table.column("notBefore", .datetime)
+            }
+            try db.create(table: PendingEvent.databaseTableName) { table in
+                table.autoIncrementedPrimaryKey("id")
+                table.column("sessionIdentifier", .text).notNull().indexed()
+                table.column("taskID", .integer).notNull()
+                table.column("kind", .text).notNull()
+                table.column("heldFilePath", .text)
+                table.column("statusCode", .integer)
+                table.column("responseHeaders", .jsonText)
+                table.column("responseURL", .text)
+                table.column("errorCode", .integer)
+                table.column("errorMessage", .text)
+                table.column("resumeData", .blob)
+                table.column("createdAt", .datetime).notNull()
+            }
+            try db.create(table: StoredSession.databaseTableName) { table in
+                table.primaryKey("identifier", .text)
+                table.column("launchCommand", .jsonText)
+            }
+        }
+        return migrator
+    }
+
+    // MARK: - Tasks
+
+    /// Records a new task and returns it with its identifier.
+    public func insert(_ task: StoredTask) throws -> StoredTask {
+        try self.writer.write { db in
+            var task = task
+            try task.insert(db)
+            return task
+        }
+    }
+
+    /// The task with `id`, if it exists.
+    public func task(id: Int64) throws -> StoredTask? {
+        try self.writer.read { db in try StoredTask.fetchOne(db, key: id) }
+    }
+
+    /// A session's tasks that have not completed, oldest first.
+    public func liveTasks(session: String) throws -> [StoredTask] {
+        try self.writer.read { db in
+            try StoredTask
+                .filter(StoredTask.Columns.sessionIdentifier == session)
+                .filter(StoredTask.Columns.state != StoredTask.State.completed.rawValue)
+                .order(StoredTask.Columns.id)
+                .fetchAll(db)
+        }
+    }
+
+    /// Every task that should be transferring or waiting to (after a daemon restart, the
+    /// `running` ones were interrupted and go back to `waiting`).
+    public func reviveInterruptedTasks() throws -> [StoredTask] {
+        try self.writer.write { db in
+            try db.execute(sql: "UPDATE transferTask SET state = 'waiting' WHERE state = 'running'")
+            return try StoredTask
+                .filter(StoredTask.Columns.state == StoredTask.State.waiting.rawValue)
+                .order(StoredTask.Columns.id)
+                .fetchAll(db)
+        }
+    }
+
+    /// Tasks waiting for a transfer slot, oldest first.
+    public func waitingTasks() throws -> [StoredTask] {
+        try self.writer.read { db in
+            try StoredTask
+                .filter(StoredTask.Columns.state == StoredTask.State.waiting.rawValue)
+                .order(StoredTask.Columns.id)
+                .fetchAll(db)
+        }
+    }
+
+    /// Saves every column of `task`.
+    public func update(_ task: StoredTask) throws {
+        try self.writer.write { db in try task.update(db) }
+    }
+
+    /// Records progress: the bytes safely on disk and the entity they belong to.
+    public func checkpoint(taskID: Int64, point: ResumePoint?, currentURL: URL) throws {
+        try self.writer.write { db in
+            try db.execute(
+                sql: """
+                    UPDATE transferTask SET bytesOnDisk = ?, entityLength = ?, entityTag = ?, lastModified = ?,
+                    currentURL = ? WHERE id = ?
+                    """,
+                arguments: [
+                    point?.offset ?? 0, point?.entityLength, point?.validators.entityTag,
+                    point?.validators.lastModified, currentURL.absoluteString, taskID,
+                ]
+            )
+        }
+    }
+
+    /// Marks the task completed and queues its events, atomically.
+    public func complete(taskID: Int64, events: [PendingEvent]) throws -> [PendingEvent] {
+        try self.writer.write { db in
+            try db.execute(sql: "UPDATE transferTask SET state = 'completed' WHERE id = ?", arguments: [taskID])
+            return try events.map { event in
+                var event = event
+                try event.insert(db)
+                return event
+            }
+        }
+    }
+
+    // MARK: - Sessions
+
+    /// Records what a session's client asked for on attach.
+    public func save(_ session: StoredSession) throws {
+        try self.writer.write { db in try session.save(db) }
+    }
+
+    /// The recorded settings of the session `identifier`.
+    public func session(identifier: String) throws -> StoredSession? {
+        try self.writer.read { db in try StoredSession.fetchOne(db, key: identifier) }
+    }
+
+    // MARK: - Events
+
+    /// The events owed to `session`, in order.
+    public func pendingEvents(session: String) throws -> [PendingEvent] {
+        try self.writer.read { db in
+            try PendingEvent
+                .filter(PendingEvent.Columns.sessionIdentifier == session)
+                .order(PendingEvent.Columns.id)
+                .fetchAll(db)
+        }
+    }
+
+    /// Sessions with events no client has taken yet.
+    public func sessionsWithPendingEvents() throws -> [String] {
+        try self.writer.read { db in
+            try String.fetchAll(db, sql: "SELECT DISTINCT sessionIdentifier FROM pendingEvent")
+        }
+    }
+
+    /// Forgets an event the client has handled. Returns the removed event, if it existed.
+    @discardableResult
+    public func acknowledge(eventID: Int64, session: String) throws -> PendingEvent? {
+        try self.writer.write { db in
+            guard let event = try PendingEvent.fetchOne(db, key: eventID), event.sessionIdentifier == session else {
+                return nil
+            }
+            _ = try event.delete(db)
+            return event
+        }
+    }
+}

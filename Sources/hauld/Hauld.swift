@@ -1,0 +1,52 @@
+import ArgumentParser
+import Foundation
+import HaulDaemon
+import Logging
+import ServiceLifecycle
+
+/// `hauld`: the background transfer daemon (Haul's `nsurlsessiond`). Runs in the foreground, as
+/// services under systemd do; SIGTERM or SIGINT pause every transfer resumably and exit.
+@main
+struct Hauld: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "hauld",
+        abstract: "Haul's background transfer daemon.",
+        discussion: """
+            Data directory: --data-dir, else $HAUL_DATA_DIR, else $XDG_DATA_HOME/haul, else \
+            ~/.local/share/haul. Socket directory: --runtime-dir, else $HAUL_RUNTIME_DIR, else \
+            $XDG_RUNTIME_DIR/haul, else /tmp/haul-UID (mode 0700).
+            """
+    )
+
+    @Option(help: "Directory of the store, partial and held files.")
+    var dataDir: String?
+
+    @Option(help: "Directory of the socket.")
+    var runtimeDir: String?
+
+    @Option(help: "Transfers running at once.")
+    var maximumTransfers: Int = 4
+
+    @Flag(help: "Log every task start.")
+    var verbose = false
+
+    func run() async throws {
+        var paths = DaemonPaths.fromEnvironment()
+        if let dataDir { paths.dataDirectory = URL(fileURLWithPath: dataDir, isDirectory: true) }
+        if let runtimeDir { paths.runtimeDirectory = URL(fileURLWithPath: runtimeDir, isDirectory: true) }
+        var logger = Logger(label: "hauld")
+        logger.logLevel = self.verbose ? .debug : .info
+        var configuration = TransferDaemon.Configuration()
+        configuration.maximumConcurrentTransfers = max(1, self.maximumTransfers)
+        let service = DaemonService(paths: paths, configuration: configuration, logger: logger)
+        let group = ServiceGroup(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        do {
+            try await group.run()
+        } catch let error as DaemonLock.AlreadyRunning {
+            FileHandle.standardError.write(Data("hauld: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+    }
+}
+
+
