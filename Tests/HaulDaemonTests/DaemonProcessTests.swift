@@ -1,0 +1,194 @@
+import Foundation
+import HaulCore
+import HaulTestSupport
+import Testing
+
+/// Collects a session's durable events from a fresh connection until `eventsDrained`.
+func collectBacklog(_ client: DaemonTestClient, session: String) async throws -> (tasks: [DaemonTaskSnapshot], events: [DaemonEvent]) {
+    var events: [DaemonEvent] = []
+    let response = try await client.request(.make(.attach, session: session)) { events.append($0) }
+    if let error = response.error { throw DaemonTestError(error) }
+    while let line = await client.readLine() {
+        guard let event = line.event else { continue }
+        if event.kind == .eventsDrained { break }
+        events.append(event)
+    }
+    return (response.tasks ?? [], events.filter { $0.kind == .finishedDownloading || $0.kind == .completed })
+}
+
+@Suite("hauld as a process", .serialized)
+struct DaemonProcessTests {
+    @Test("Transfers finish after the client left; the next client gets each event once, then eventsDrained")
+    func transfersOutliveTheClient() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let sizes: [Int64] = [700_000, 1_300_000, 2_000_000]
+
+        let first = try DaemonTestClient(socketPath: daemon.socketPath)
+        _ = try await first.request(.make(.attach, session: "app"))
+        for (index, size) in sizes.enumerated() {
+            let created = try await first.request(.make(.createDownload, session: "app") {
+                $0.url = server.url("/file/bg\(index)?size=\(size)&seed=\(index)&rate=4000000")
+            })
+            let taskID = try #require(created.taskID)
+            let resumed = try await first.request(.make(.resume, session: "app") { $0.taskID = taskID })
+            #expect(resumed.error == nil)
+        }
+        first.close()  // the client "exits" right after resume() returned
+
+        #expect(await waitUntil(timeout: .seconds(30)) {
+            (0..<sizes.count).allSatisfy { server.bodyBytesSent(forKey: "bg\($0)") >= sizes[$0] }
+        })
+        try await Task.sleep(for: .milliseconds(300))
+
+        let second = try DaemonTestClient(socketPath: daemon.socketPath)
+        let (tasks, events) = try await collectBacklog(second, session: "app")
+        #expect(tasks.isEmpty, "every task has completed")
+        #expect(events.map(\.kind) == Array(repeating: [DaemonEvent.Kind.finishedDownloading, .completed], count: 3).flatMap { $0 })
+        for event in events where event.kind == .finishedDownloading {
+            let path = try #require(event.heldFilePath)
+            let index = Int(try #require(event.responseURL?.path.last.map(String.init)))!
+            #expect(try TestContent.sha256Hex(ofFileAt: path) == TestContent.sha256Hex(size: sizes[index], seed: UInt64(index)))
+        }
+        #expect(events.filter { $0.kind == .completed }.allSatisfy { $0.errorCode == nil })
+        for event in events {
+            let acknowledged = try await second.request(.make(.acknowledge, session: "app") { $0.eventID = event.eventID })
+            #expect(acknowledged.error == nil)
+        }
+        for event in events where event.kind == .finishedDownloading {
+            #expect(!FileManager.default.fileExists(atPath: event.heldFilePath!), "acknowledging removes the held file")
+        }
+        second.close()
+
+        let third = try DaemonTestClient(socketPath: daemon.socketPath)
+        let again = try await collectBacklog(third, session: "app")
+        #expect(again.events.isEmpty, "acknowledged events are never delivered twice")
+        third.close()
+        _ = await daemon.terminate()
+        daemon.cleanUp()
+        try await server.shutdown()
+    }
+
+    @Test("kill -9 at random moments: every file completes exactly, with a bounded refetch per kill")
+    func survivesKillNine() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let size: Int64 = 8_000_000
+        let rate = 2_000_000
+        let count = 3
+        let client = try DaemonTestClient(socketPath: daemon.socketPath)
+        _ = try await client.request(.make(.attach, session: "kill"))
+        for index in 0..<count {
+            let created = try await client.request(.make(.createDownload, session: "kill") {
+                $0.url = server.url("/file/k\(index)?size=\(size)&seed=\(index + 50)&rate=\(rate)")
+            })
+            _ = try await client.request(.make(.resume, session: "kill") { $0.taskID = created.taskID })
+        }
+        client.close()
+
+        var kills = 0
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<4 {
+            try await Task.sleep(for: .milliseconds(Int.random(in: 300...900, using: &generator)))
+            await daemon.kill9()
+            kills += 1
+            try await daemon.start()
+        }
+        let collector = try DaemonTestClient(socketPath: daemon.socketPath)
+        var (_, events) = try await collectBacklog(collector, session: "kill")
+        // The rest arrive live; a watchdog closes the connection if they do not within a minute.
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(60))
+            collector.close()
+        }
+        while events.filter({ $0.kind == .completed }).count < count, let line = await collector.readLine() {
+            if let event = line.event, event.kind == .finishedDownloading || event.kind == .completed { events.append(event) }
+        }
+        watchdog.cancel()
+        let held = events.filter { $0.kind == .finishedDownloading }
+        #expect(held.count == count)
+        for event in held {
+            let index = Int(try #require(event.responseURL?.path.last.map(String.init)))!
+            #expect(try TestContent.sha256Hex(ofFileAt: event.heldFilePath!) == TestContent.sha256Hex(size: size, seed: UInt64(index + 50)))
+        }
+        // Bound: a checkpoint every 1 MiB or 0.5 s, so at most that much (plus what sat in socket
+        // buffers) is fetched again per kill and task.
+        let bound = Int64(1 << 20) + 256 * 1024
+        for index in 0..<count {
+            let refetched = server.bodyBytesSent(forKey: "k\(index)") - size
+            #expect(refetched <= Int64(kills) * bound, "task \(index) refetched \(refetched) bytes over \(kills) kills")
+            print("kill test: task \(index) refetched \(refetched) bytes over \(kills) kills (\(refetched / Int64(kills)) per kill)")
+        }
+        collector.close()
+        _ = await daemon.terminate()
+        daemon.cleanUp()
+        try await server.shutdown()
+    }
+
+    @Test("A second daemon on the same store is refused with a clear error")
+    func secondDaemonRefused() async throws {
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let second = Process()
+        second.executableURL = DaemonProcess.executable
+        second.arguments = ["--data-dir", daemon.dataDirectory.path, "--runtime-dir", daemon.runtimeDirectory.path]
+        let pipe = Pipe()
+        second.standardError = pipe
+        second.standardOutput = FileHandle.nullDevice
+        try second.run()
+        let output = await blocking { pipe.fileHandleForReading.readDataToEndOfFile() }
+        await blocking { second.waitUntilExit() }
+        #expect(second.terminationStatus == 1)
+        #expect(String(decoding: output, as: UTF8.self).contains("already running"))
+        let client = try DaemonTestClient(socketPath: daemon.socketPath)
+        #expect(try await client.request(DaemonRequest(id: 0, method: .ping)).processID == daemon.process?.processIdentifier)
+        client.close()
+        _ = await daemon.terminate()
+        daemon.cleanUp()
+    }
+
+    @Test("Malformed requests get errors and the daemon stays up; a session is attached once")
+    func malformedInput() async throws {
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let client = try DaemonTestClient(socketPath: daemon.socketPath)
+        client.sendRaw(Array("this is not json\n".utf8))
+        #expect(await client.readLine()?.response?.error?.contains("malformed") == true)
+        client.sendRaw(Array("{\"id\":7,\"method\":\"fly\"}\n".utf8))
+        let unknown = await client.readLine()?.response
+        #expect(unknown?.id == 7)
+        #expect(unknown?.error?.contains("malformed") == true)
+        let missing = try await client.request(DaemonRequest(id: 0, method: .resume))
+        #expect(missing.error?.contains("needs 'session'") == true)
+        let badURL = try await client.request(.make(.createDownload, session: "s") { $0.url = URL(string: "ftp://127.0.0.1/x") })
+        #expect(badURL.error?.contains("only http and https") == true)
+        let noTask = try await client.request(.make(.resume, session: "s") { $0.taskID = 999 })
+        #expect(noTask.error?.contains("no task 999") == true)
+        _ = try await client.request(.make(.attach, session: "taken"))
+
+        let rival = try DaemonTestClient(socketPath: daemon.socketPath)
+        let refused = try await rival.request(.make(.attach, session: "taken"))
+        #expect(refused.error?.contains("already in use") == true)
+        // A line of 2 MiB without a newline closes that connection only.
+        rival.sendRaw([UInt8](repeating: UInt8(ascii: "x"), count: 2 << 20))
+        while await rival.readLine() != nil {}
+        rival.close()
+
+        #expect(try await client.request(DaemonRequest(id: 0, method: .ping)).processID != nil, "the daemon is still up")
+        client.close()
+        _ = await daemon.terminate()
+        daemon.cleanUp()
+    }
+}
+
+@discardableResult
+func waitUntil(timeout: Duration = .seconds(20), _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(20))
+    }
+    return condition()
+}
