@@ -128,7 +128,7 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
             let result = await self.perform(task, job: job)
             switch result {
             case .saved(let path, let bytes):
-                if resumeData != nil { job.discardCheckpointFile() }
+                job.discardCheckpointFile()
                 self.reporter.jobFinished(job.displayName, savedAs: path, bytes: bytes)
                 return .success
             case .moveFailed(let message):
