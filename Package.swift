@@ -51,6 +51,7 @@ let package = Package(
                 "HaulCore",
                 "HaulEngine",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
             ],
             swiftSettings: strictSettings
@@ -100,6 +101,14 @@ let package = Package(
         .executableTarget(
             name: "haul",
             dependencies: ["HaulCommands"],
+            swiftSettings: strictSettings
+        ),
+        // The README's background-session example as a program: `start` queues downloads and
+        // exits, `collect` picks the results up later (also used by the tests).
+        .executableTarget(
+            name: "haul-background-demo",
+            dependencies: ["Haul"],
+            path: "Sources/HaulBackgroundDemo",
             swiftSettings: strictSettings
         ),
         // The fault-injecting HTTP server shared by tests and benchmarks.

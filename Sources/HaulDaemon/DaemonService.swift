@@ -1,4 +1,5 @@
 import Foundation
+import HaulCore
 import HaulStore
 import Logging
 import ServiceLifecycle

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import HaulCore
 import HaulDaemon
 import Logging
 import ServiceLifecycle

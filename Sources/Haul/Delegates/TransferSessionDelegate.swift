@@ -13,6 +13,12 @@ public protocol TransferSessionDelegate: AnyObject {
     /// last task completed, or after ``TransferSession/invalidateAndCancel()``. Called once,
     /// last of all the session's delegate calls; `error` is `nil` for an explicit invalidation.
     func urlSession(_ session: TransferSession, didBecomeInvalidWithError error: (any Error)?)
+
+    /// A background session delivered every event that was waiting for it when it connected
+    /// to `hauld` (the Linux form of `handleEventsForBackgroundURLSession`'s completion).
+    /// Called once per connection, after those events' `didFinishDownloadingTo` and
+    /// `didCompleteWithError` calls.
+    func urlSessionDidFinishEvents(forBackgroundURLSession session: TransferSession)
 }
 
 /// Task-level events, as `URLSessionTaskDelegate`.
@@ -85,6 +91,8 @@ public protocol TransferSessionDownloadDelegate: TransferSessionTaskDelegate {
 
 extension TransferSessionDelegate {
     public func urlSession(_ session: TransferSession, didBecomeInvalidWithError error: (any Error)?) {}
+
+    public func urlSessionDidFinishEvents(forBackgroundURLSession session: TransferSession) {}
 }
 
 extension TransferSessionTaskDelegate {

@@ -100,7 +100,95 @@ public final class TransferSession: Sendable {
                 "ephemeral-\(UUID().uuidString)",
                 isDirectory: true
             )
+        case .background:
+            self.downloadDirectory = copy.temporaryDirectory
         }
+        if copy.kind == .background {
+            self.connectBackgroundSession(copy.snapshot)
+        }
+    }
+
+    private let backgroundLinkStorage = Mutex<BackgroundSessionLink?>(nil)
+
+    /// The connection to `hauld` of a background session.
+    var backgroundLink: BackgroundSessionLink? { self.backgroundLinkStorage.withLock { $0 } }
+
+    var isBackground: Bool { self.configurationSnapshot.kind == .background }
+
+    private func connectBackgroundSession(_ snapshot: TransferSessionConfiguration.Snapshot) {
+        let identifier = snapshot.identifier ?? ""
+        var launchCommand: [String]? = nil
+        if snapshot.sessionSendsLaunchEvents {
+            launchCommand = snapshot.launchCommand ?? ([URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path] + CommandLine.arguments.dropFirst())
+        }
+        let link = BackgroundSessionLink(session: self, identifier: identifier, launchCommand: launchCommand)
+        self.backgroundLinkStorage.withLock { $0 = link }
+        do {
+            guard !identifier.isEmpty else { throw BackgroundDaemonClient.Failure(description: "a background session needs an identifier") }
+            try link.attach()
+        } catch {
+            self.backgroundLinkStorage.withLock { $0 = nil }
+            self.state.withLock { $0.phase = .invalidated }
+            let failure = URLError(
+                .cannotConnectToHost,
+                userInfo: [NSLocalizedDescriptionKey: "background session '\(identifier)' is unavailable: \(error)"]
+            )
+            let box = self.delegateBox
+            self.delegateQueue.addOperation {
+                box.value?.urlSession(self, didBecomeInvalidWithError: failure)
+                box.clear()
+            }
+        }
+    }
+
+    /// The task object of the daemon's task `id`, created on first sight.
+    func remoteDownloadTask(id: Int64, url: URL) -> TransferSessionDownloadTask {
+        self.state.withLock { state in
+            if let existing = state.tasks[Int(id)] as? TransferSessionDownloadTask { return existing }
+            let task = TransferSessionDownloadTask(
+                session: self,
+                identifier: Int(id),
+                request: URLRequest(url: url),
+                partialFilePath: "",
+                handsOverFile: false,
+                completionHandler: nil
+            )
+            task.inner.withLock { $0.remoteTaskID = id }
+            state.tasks[Int(id)] = task
+            return task
+        }
+    }
+
+    func existingRemoteTask(id: Int64) -> TransferSessionDownloadTask? {
+        self.state.withLock { $0.tasks[Int(id)] as? TransferSessionDownloadTask }
+    }
+
+    /// A download task created in `hauld` for a background session.
+    private func makeBackgroundDownloadTask(request: URLRequest) -> TransferSessionDownloadTask {
+        do {
+            guard let link = self.backgroundLink else {
+                throw URLError(.cannotConnectToHost, userInfo: [NSLocalizedDescriptionKey: "the background session is not connected to hauld"])
+            }
+            let engineRequest = try TransferRequest(request, additionalHeaders: self.configurationSnapshot.httpAdditionalHeaders, isDownload: true)
+            guard engineRequest.method == "GET", case .none = engineRequest.body else {
+                throw URLError(.unsupportedURL, userInfo: [NSLocalizedDescriptionKey: "background download tasks send GET requests without a body"])
+            }
+            let response = try link.call(.createDownload) {
+                $0.url = engineRequest.url
+                $0.headers = engineRequest.headers
+                $0.isDiscretionary = self.configurationCopy.value.isDiscretionary
+                $0.resourceTimeout = self.configurationSnapshot.timeoutIntervalForResource
+            }
+            guard let id = response.taskID else { throw URLError(.badServerResponse) }
+            return self.remoteDownloadTask(id: id, url: engineRequest.url)
+        } catch {
+            let failure = error as? URLError ?? URLError(.cannotConnectToHost, userInfo: [NSLocalizedDescriptionKey: "hauld: \(error)"])
+            return self.failedDownloadTask(failure, handsOverFile: false, completionHandler: nil)
+        }
+    }
+
+    private func unsupportedInBackground(_ what: String) -> URLError {
+        URLError(.unsupportedURL, userInfo: [NSLocalizedDescriptionKey: "\(what) are not available in background sessions"])
     }
 
     /// A copy of the configuration the session was created with.
@@ -124,7 +212,8 @@ public final class TransferSession: Sendable {
 
     /// A download of `request`. The task starts suspended.
     public func downloadTask(with request: URLRequest) -> TransferSessionDownloadTask {
-        self.makeDownloadTask(request: request, handsOverFile: false, completionHandler: nil)
+        if self.isBackground { return self.makeBackgroundDownloadTask(request: request) }
+        return self.makeDownloadTask(request: request, handsOverFile: false, completionHandler: nil)
     }
 
     /// A download that writes its in-flight bytes to `partialFileURL` instead of the
@@ -260,6 +349,13 @@ public final class TransferSession: Sendable {
     /// and releases the delegate. No effect on ``shared``.
     public func finishTasksAndInvalidate() {
         guard !self.isShared else { return }
+        if self.isBackground {
+            // The tasks live on in hauld; the session only lets go of them.
+            self.backgroundLink?.close()
+            self.state.withLock { $0.tasks = [:] }
+            self.invalidate()
+            return
+        }
         let invalidateNow = self.state.withLock { state -> Bool in
             guard state.phase == .active else { return false }
             state.phase = .finishing
@@ -277,12 +373,22 @@ public final class TransferSession: Sendable {
             return (Array(state.tasks.values), state.tasks.isEmpty)
         }
         for task in tasks { task.cancel() }
+        if self.isBackground {
+            self.backgroundLink?.close()
+            self.state.withLock { $0.tasks = [:] }
+            self.invalidate()
+            return
+        }
         // Tasks never resumed cannot complete on their own: cancel() completes them now.
         if invalidateNow { self.invalidate() }
     }
 
     private func invalidate() {
-        self.state.withLock { $0.phase = .invalidated }
+        let already = self.state.withLock { state -> Bool in
+            defer { state.phase = .invalidated }
+            return state.phase == .invalidated
+        }
+        if already { return }
         let box = self.delegateBox
         self.delegateQueue.addOperation {
             box.value?.urlSession(self, didBecomeInvalidWithError: nil)
@@ -344,6 +450,13 @@ public final class TransferSession: Sendable {
         handsOverFile: Bool,
         completionHandler: TransferSessionDownloadTask.CompletionHandler?
     ) -> TransferSessionDownloadTask {
+        if self.isBackground {
+            return self.failedDownloadTask(
+                self.unsupportedInBackground("completion handlers and async downloads"),
+                handsOverFile: handsOverFile,
+                completionHandler: completionHandler
+            )
+        }
         let path = self.newPartialFilePath()
         let task = self.register { identifier in
             TransferSessionDownloadTask(
@@ -364,6 +477,13 @@ public final class TransferSession: Sendable {
         handsOverFile: Bool,
         completionHandler: TransferSessionDownloadTask.CompletionHandler?
     ) -> TransferSessionDownloadTask {
+        if self.isBackground {
+            return self.failedDownloadTask(
+                self.unsupportedInBackground("downloads from resume data"),
+                handsOverFile: handsOverFile,
+                completionHandler: completionHandler
+            )
+        }
         let resumeData: ResumeData
         do {
             resumeData = try ResumeData.decode(data)
@@ -415,7 +535,7 @@ public final class TransferSession: Sendable {
         return task
     }
 
-    private func failedDownloadTask(
+    func failedDownloadTask(
         _ error: URLError,
         handsOverFile: Bool,
         completionHandler: TransferSessionDownloadTask.CompletionHandler?
@@ -441,6 +561,7 @@ public final class TransferSession: Sendable {
             TransferSessionDataTask(session: self, identifier: identifier, request: request, completionHandler: completionHandler)
         }
         self.prepare(task, request: request, isDownload: false)
+        if self.isBackground { task.inner.withLock { $0.creationError = self.unsupportedInBackground("data tasks") } }
         return task
     }
 
@@ -457,6 +578,7 @@ public final class TransferSession: Sendable {
         }
         self.prepare(task, request: request, isDownload: false)
         task.inner.withLock { $0.countOfBytesExpectedToSend = Int64(body.count) }
+        if self.isBackground { task.inner.withLock { $0.creationError = self.unsupportedInBackground("uploads of in-memory data") } }
         return task
     }
 

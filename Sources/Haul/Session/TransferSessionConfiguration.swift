@@ -24,9 +24,21 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     /// when the session is invalidated. Each access returns a new object.
     public class var ephemeral: TransferSessionConfiguration { TransferSessionConfiguration(kind: .ephemeral) }
 
+    /// A session whose download tasks run in `hauld`, the background transfer daemon: they go
+    /// on after the process exits or crashes, and a later session with the same identifier gets
+    /// their results. Background sessions need a delegate, transfer only http and https, always
+    /// follow redirects, and have no completion-handler or data tasks, as on Apple's platforms.
+    /// Each access returns a new object.
+    public class func background(withIdentifier identifier: String) -> TransferSessionConfiguration {
+        let configuration = TransferSessionConfiguration(kind: .background)
+        configuration.identifier = identifier
+        return configuration
+    }
+
     enum Kind: Sendable, Hashable {
         case `default`
         case ephemeral
+        case background
     }
 
     let kind: Kind
@@ -55,6 +67,13 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
 
     /// The identifier of a background session, `nil` for in-process sessions.
     public internal(set) var identifier: String?
+    /// Whether `hauld` launches the client (``launchCommand``) when events of this background
+    /// session are waiting and no client is connected — the Linux form of waking the app.
+    /// Default `true`, as on Apple's platforms.
+    public var sessionSendsLaunchEvents: Bool = true
+    /// What `hauld` runs to launch the client; `nil` means the current executable with its
+    /// arguments. The identifier is in the environment as `HAUL_SESSION_IDENTIFIER`.
+    public var launchCommand: [String]?
 
     init(kind: Kind) {
         self.kind = kind
@@ -73,6 +92,8 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         copy.isDiscretionary = self.isDiscretionary
         copy.waitsForConnectivity = self.waitsForConnectivity
         copy.identifier = self.identifier
+        copy.sessionSendsLaunchEvents = self.sessionSendsLaunchEvents
+        copy.launchCommand = self.launchCommand
         return copy
     }
 
@@ -85,7 +106,10 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
             httpAdditionalHeaders: self.httpAdditionalHeaders ?? [:],
             httpMaximumConnectionsPerHost: self.httpMaximumConnectionsPerHost,
             maximumRedirects: self.maximumRedirects,
-            temporaryDirectory: self.temporaryDirectory
+            temporaryDirectory: self.temporaryDirectory,
+            identifier: self.identifier,
+            sessionSendsLaunchEvents: self.sessionSendsLaunchEvents,
+            launchCommand: self.launchCommand
         )
     }
 
@@ -97,5 +121,8 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         var httpMaximumConnectionsPerHost: Int
         var maximumRedirects: Int
         var temporaryDirectory: URL
+        var identifier: String?
+        var sessionSendsLaunchEvents: Bool
+        var launchCommand: [String]?
     }
 }

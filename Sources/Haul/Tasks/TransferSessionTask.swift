@@ -64,6 +64,8 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
         var dataGate = DataGate.open
         var receivedData = Data()
         var pendingCompletion: (@Sendable () -> Void)?
+        /// Set for the tasks of a background session: the task's identifier in `hauld`.
+        var remoteTaskID: Int64?
     }
 
     enum DataGate {
@@ -152,6 +154,10 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
     // MARK: - Running lifecycle actions
 
     func perform(_ action: TaskLifecycleStateMachine.Action) {
+        if let remoteID = self.inner.withLock({ $0.remoteTaskID }) {
+            self.performRemote(action, taskID: remoteID)
+            return
+        }
         switch action {
         case .none:
             break

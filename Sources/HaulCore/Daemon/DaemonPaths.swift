@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Where `hauld` keeps its files.
 ///
@@ -49,12 +52,4 @@ public struct DaemonPaths: Sendable, Hashable {
         return self.dataDirectory.appendingPathComponent("held", isDirectory: true).appendingPathComponent(safe, isDirectory: true)
     }
 
-    /// Creates the directories (runtime one with mode 0700).
-    public func createDirectories() throws {
-        let manager = FileManager.default
-        try manager.createDirectory(at: self.dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        try manager.createDirectory(at: self.partialDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        try manager.createDirectory(at: self.runtimeDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        chmod(self.runtimeDirectory.path, 0o700)
-    }
 }

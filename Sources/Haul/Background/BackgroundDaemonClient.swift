@@ -1,0 +1,213 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import HaulCore
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// The connection of a background session to `hauld`: JSON lines over the daemon's Unix
+/// socket. Requests are answered in order; events are handed to `onEvent` on an event-loop
+/// thread, in the order the daemon sent them.
+final class BackgroundDaemonClient: Sendable {
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    private struct State {
+        var nextID = 1
+        var pending: [Int: CheckedContinuation<DaemonResponse, any Error>] = [:]
+        var blockingPending: [Int: @Sendable (Result<DaemonResponse, any Error>) -> Void] = [:]
+        var isClosed = false
+    }
+
+    private let channel: any Channel
+    private let state = Mutex(State())
+    let onEvent: Mutex<(@Sendable (DaemonEvent) -> Void)?> = Mutex(nil)
+    let onClose: Mutex<(@Sendable () -> Void)?> = Mutex(nil)
+
+    private init(channel: any Channel) {
+        self.channel = channel
+    }
+
+    /// Connects to the daemon of `paths`, starting it when none runs (as launchd starts
+    /// `nsurlsessiond`). Blocks for at most a few seconds.
+    static func connect(paths: DaemonPaths) throws -> BackgroundDaemonClient {
+        if let client = try? self.connectOnce(paths: paths) { return client }
+        try DaemonLauncher.launch(paths: paths)
+        var lastError: any Error = Failure(description: "hauld did not start")
+        for _ in 0..<250 {
+            do { return try self.connectOnce(paths: paths) } catch { lastError = error }
+            usleep(20_000)
+        }
+        throw Failure(description: "cannot reach hauld at \(paths.socketPath): \(lastError)")
+    }
+
+    private static func connectOnce(paths: DaemonPaths) throws -> BackgroundDaemonClient {
+        let box = Mutex<BackgroundDaemonClient?>(nil)
+        let channel = try ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(LineDecoder()))
+                    try channel.pipeline.syncOperations.addHandler(ClientHandler { line in
+                        box.withLock { $0 }?.received(line)
+                    } closed: {
+                        box.withLock { $0 }?.closed()
+                    })
+                }
+            }
+            .connect(unixDomainSocketPath: paths.socketPath)
+            .wait()
+        let client = BackgroundDaemonClient(channel: channel)
+        box.withLock { $0 = client }
+        return client
+    }
+
+    /// Sends `request` and waits for its answer, blocking the calling thread (never call it
+    /// on an event loop). Used where URLSession's API is synchronous and durability is
+    /// promised on return, such as `resume()`.
+    ///
+    /// - Throws: ``Failure`` when the daemon answered with an error or the connection is gone.
+    func call(_ request: DaemonRequest) throws -> DaemonResponse {
+        let semaphore = DispatchSemaphore(value: 0)
+        let result = Mutex<Result<DaemonResponse, any Error>?>(nil)
+        self.send(request) { outcome in
+            result.withLock { $0 = outcome }
+            semaphore.signal()
+        }
+        if semaphore.wait(timeout: .now() + 30) == .timedOut {
+            throw Failure(description: "hauld did not answer \(request.method.rawValue) within 30 s")
+        }
+        let response = try result.withLock { $0! }.get()
+        if let error = response.error { throw Failure(description: error) }
+        return response
+    }
+
+    private func send(_ request: DaemonRequest, completion: @escaping @Sendable (Result<DaemonResponse, any Error>) -> Void) {
+        var request = request
+        let closed = self.state.withLock { state -> Bool in
+            guard !state.isClosed else { return true }
+            request.id = state.nextID
+            state.nextID += 1
+            state.blockingPending[request.id] = completion
+            return false
+        }
+        if closed {
+            completion(.failure(Failure(description: "the connection to hauld is closed")))
+            return
+        }
+        guard var data = try? JSONEncoder().encode(request) else { return }
+        data.append(UInt8(ascii: "\n"))
+        self.channel.writeAndFlush(ByteBuffer(bytes: data), promise: nil)
+    }
+
+    func close() {
+        self.channel.close(promise: nil)
+    }
+
+    private func received(_ line: DaemonServerLine) {
+        if let response = line.response {
+            let completion = self.state.withLock { $0.blockingPending.removeValue(forKey: response.id) }
+            completion?(.success(response))
+        } else if let event = line.event {
+            self.onEvent.withLock { $0 }?(event)
+        }
+    }
+
+    private func closed() {
+        let waiting = self.state.withLock { state -> [@Sendable (Result<DaemonResponse, any Error>) -> Void] in
+            state.isClosed = true
+            defer { state.blockingPending = [:] }
+            return Array(state.blockingPending.values)
+        }
+        for completion in waiting { completion(.failure(Failure(description: "hauld closed the connection"))) }
+        self.onClose.withLock { $0 }?()
+    }
+}
+
+/// Splits the daemon's byte stream into lines.
+private struct LineDecoder: ByteToMessageDecoder {
+    typealias InboundOut = ByteBuffer
+
+    mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        guard let newline = buffer.readableBytesView.firstIndex(of: UInt8(ascii: "\n")) else { return .needMoreData }
+        let line = buffer.readSlice(length: newline - buffer.readerIndex)!
+        buffer.moveReaderIndex(forwardBy: 1)
+        context.fireChannelRead(self.wrapInboundOut(line))
+        return .continue
+    }
+}
+
+private final class ClientHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+
+    private let onLine: (DaemonServerLine) -> Void
+    private let onClose: () -> Void
+
+    init(onLine: @escaping (DaemonServerLine) -> Void, closed: @escaping () -> Void) {
+        self.onLine = onLine
+        self.onClose = closed
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let buffer = self.unwrapInboundIn(data)
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        if let line = try? decoder.decode(DaemonServerLine.self, from: Data(buffer.readableBytesView)) {
+            self.onLine(line)
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.onClose()
+        context.fireChannelInactive()
+    }
+}
+
+/// Starts `hauld` in its own session (so that Ctrl-C or the end of the client does not reach
+/// it), with its output going to `hauld.log` in the data directory.
+enum DaemonLauncher {
+    static func launch(paths: DaemonPaths) throws {
+        guard let executable = self.executable() else {
+            throw BackgroundDaemonClient.Failure(
+                description: "hauld is not running and its executable was not found (set HAUL_DAEMON_PATH or put hauld on PATH)"
+            )
+        }
+        try FileManager.default.createDirectory(at: paths.dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        if !FileManager.default.fileExists(atPath: paths.logPath) {
+            FileManager.default.createFile(atPath: paths.logPath, contents: nil, attributes: [.posixPermissions: 0o600])
+        }
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: paths.logPath))
+        log.seekToEndOfFile()
+        let process = Process()
+        let arguments = ["--data-dir", paths.dataDirectory.path, "--runtime-dir", paths.runtimeDirectory.path]
+        if let setsid = ["/usr/bin/setsid", "/bin/setsid"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) {
+            process.executableURL = URL(fileURLWithPath: setsid)
+            process.arguments = [executable] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = arguments
+        }
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+    }
+
+    /// `$HAUL_DAEMON_PATH`, else `hauld` beside the running executable, else on `PATH`.
+    static func executable() -> String? {
+        let environment = ProcessInfo.processInfo.environment
+        if let explicit = environment["HAUL_DAEMON_PATH"], FileManager.default.isExecutableFile(atPath: explicit) {
+            return explicit
+        }
+        let ownDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+        let sibling = ownDirectory.appendingPathComponent("hauld").path
+        if FileManager.default.isExecutableFile(atPath: sibling) { return sibling }
+        for directory in (environment["PATH"] ?? "").split(separator: ":") {
+            let candidate = "\(directory)/hauld"
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        }
+        return nil
+    }
+}

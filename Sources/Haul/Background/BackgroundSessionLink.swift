@@ -1,0 +1,131 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import HaulCore
+import Synchronization
+
+/// Ties a background ``TransferSession`` to `hauld`: attaches under the session identifier,
+/// turns the daemon's events into delegate calls on the session's queue (acknowledging each
+/// durable one after its delegate call returned), and reconnects if the daemon restarts.
+final class BackgroundSessionLink: Sendable {
+    let identifier: String
+    private let paths: DaemonPaths
+    private let launchCommand: [String]?
+    private unowned let session: TransferSession
+
+    private struct State {
+        var client: BackgroundDaemonClient?
+        /// Durable events already handed to the delegate (a reconnect may resend them).
+        var deliveredEvents: Set<Int64> = []
+        var isClosed = false
+    }
+
+    private let state = Mutex(State())
+
+    init(session: TransferSession, identifier: String, launchCommand: [String]?) {
+        self.session = session
+        self.identifier = identifier
+        self.paths = DaemonPaths.fromEnvironment()
+        self.launchCommand = launchCommand
+    }
+
+    /// Connects and attaches. Throws when the daemon cannot be reached or refuses the identifier.
+    func attach() throws {
+        let client = try BackgroundDaemonClient.connect(paths: self.paths)
+        client.onEvent.withLock { $0 = { [weak self] event in self?.handle(event) } }
+        client.onClose.withLock { $0 = { [weak self] in self?.connectionLost() } }
+        var request = DaemonRequest(id: 0, method: .attach)
+        request.session = self.identifier
+        request.protocolVersion = DaemonProtocol.version
+        request.launchCommand = self.launchCommand
+        let response: DaemonResponse
+        do {
+            response = try client.call(request)
+        } catch {
+            client.close()
+            throw error
+        }
+        self.state.withLock { $0.client = client }
+        for snapshot in response.tasks ?? [] {
+            let task = self.session.remoteDownloadTask(id: snapshot.taskID, url: snapshot.originalURL)
+            task.adoptSnapshot(snapshot)
+        }
+    }
+
+    /// Sends a request on behalf of a task, blocking until the daemon answered.
+    func call(_ method: DaemonRequest.Method, configure: (inout DaemonRequest) -> Void = { _ in }) throws -> DaemonResponse {
+        guard let client = self.state.withLock({ $0.client }) else {
+            throw BackgroundDaemonClient.Failure(description: "not connected to hauld")
+        }
+        var request = DaemonRequest(id: 0, method: method)
+        request.session = self.identifier
+        configure(&request)
+        return try client.call(request)
+    }
+
+    func close() {
+        let client = self.state.withLock { state -> BackgroundDaemonClient? in
+            state.isClosed = true
+            return state.client
+        }
+        client?.close()
+    }
+
+    private func connectionLost() {
+        let shouldReconnect = self.state.withLock { state -> Bool in
+            state.client = nil
+            return !state.isClosed
+        }
+        guard shouldReconnect else { return }
+        DispatchQueue.global().async {
+            var delay = 0.2
+            for _ in 0..<30 {
+                if self.state.withLock({ $0.isClosed }) { return }
+                if (try? self.attach()) != nil { return }
+                Thread.sleep(forTimeInterval: delay)
+                delay = min(delay * 2, 2)
+            }
+        }
+    }
+
+    // MARK: - Events
+
+    private func handle(_ event: DaemonEvent) {
+        let session = self.session
+        switch event.kind {
+        case .eventsDrained:
+            session.enqueueDelegateCall { delegate in delegate?.urlSessionDidFinishEvents(forBackgroundURLSession: session) }
+        case .progress:
+            guard let id = event.taskID, let task = session.existingRemoteTask(id: id) else { return }
+            task.remoteProgress(total: event.bytesOnDisk ?? 0, expected: event.expectedTotal)
+        case .resumed:
+            guard let id = event.taskID, let task = session.existingRemoteTask(id: id) else { return }
+            task.remoteResumed(offset: event.offset ?? 0, expected: event.expectedTotal)
+        case .finishedDownloading, .completed:
+            guard let id = event.taskID, let eventID = event.eventID else { return }
+            let isNew = self.state.withLock { $0.deliveredEvents.insert(eventID).inserted }
+            guard isNew else { return }
+            let task = session.remoteDownloadTask(id: id, url: event.responseURL ?? event.originalURL ?? URL(string: "http://unknown")!)
+            if let status = event.statusCode, let url = event.responseURL {
+                task.setRemoteResponse(status: status, headers: event.responseHeaders ?? HTTPHeaderFields(), url: url)
+            }
+            let acknowledge: @Sendable () -> Void = { [weak self] in
+                _ = try? self?.call(.acknowledge) { $0.eventID = eventID }
+            }
+            if event.kind == .finishedDownloading, let held = event.heldFilePath {
+                task.remoteFinished(heldFile: URL(fileURLWithPath: held), acknowledge: acknowledge)
+            } else {
+                task.remoteCompleted(error: Self.error(from: event), acknowledge: acknowledge)
+            }
+        }
+    }
+
+    private static func error(from event: DaemonEvent) -> URLError? {
+        guard let code = event.errorCode else { return nil }
+        var userInfo: [String: Any] = [NSLocalizedDescriptionKey: event.errorMessage ?? "transfer failed"]
+        if let url = event.responseURL { userInfo[NSURLErrorFailingURLErrorKey] = url }
+        if let data = event.resumeData { userInfo[TransferSessionDownloadTaskResumeData] = data }
+        return URLError(URLError.Code(rawValue: code) ?? .unknown, userInfo: userInfo)
+    }
+}
