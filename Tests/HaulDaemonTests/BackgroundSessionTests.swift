@@ -1,0 +1,145 @@
+import Foundation
+import HaulCore
+import HaulTestSupport
+import Testing
+
+/// Runs `haul-background-demo` (a real client program using the Haul library) against a
+/// private hauld, which the library starts by itself.
+struct DemoClient {
+    let environment: [String: String]
+
+    init(daemon: DaemonProcess) {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HAUL_DATA_DIR"] = daemon.dataDirectory.path
+        environment["HAUL_RUNTIME_DIR"] = daemon.runtimeDirectory.path
+        environment["HAUL_DAEMON_PATH"] = DaemonProcess.executable.path
+        self.environment = environment
+    }
+
+    static var executable: URL {
+        DaemonProcess.executable.deletingLastPathComponent().appendingPathComponent("haul-background-demo")
+    }
+
+    func run(_ arguments: [String]) async throws -> (status: Int32, lines: [String]) {
+        let process = Process()
+        process.executableURL = Self.executable
+        process.arguments = arguments
+        process.environment = self.environment
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let output = await blocking { pipe.fileHandleForReading.readDataToEndOfFile() }
+        await blocking { process.waitUntilExit() }
+        let lines = String(decoding: output, as: UTF8.self).split(separator: "\n").map(String.init)
+        return (process.terminationStatus, lines)
+    }
+}
+
+@Suite("Background sessions through the library", .serialized)
+struct BackgroundSessionTests {
+    @Test("start exits at once; transfers finish without it; collect gets each file and event once")
+    func startExitCollect() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()  // not started: the library starts hauld itself
+        let client = DemoClient(daemon: daemon)
+        let sizes: [Int64] = [1_500_000, 600_000]
+        let urls = sizes.enumerated().map { server.url("/file/lib\($0.offset).bin?size=\($0.element)&seed=\($0.offset + 70)&rate=3000000").absoluteString }
+        let started = ContinuousClock.now
+        let start = try await client.run(["start", "demo"] + urls)
+        #expect(start.status == 0)
+        #expect(start.lines.filter { $0.hasPrefix("created ") }.count == 2)
+        #expect(ContinuousClock.now - started < .seconds(10), "start returns once the tasks are durable")
+        // The client is gone; the daemon carries on.
+        #expect(await waitUntil(timeout: .seconds(30)) {
+            sizes.indices.allSatisfy { server.bodyBytesSent(forKey: "lib\($0).bin") >= sizes[$0] }
+        })
+        try await Task.sleep(for: .milliseconds(300))
+
+        let output = try makeTemporaryDirectory()
+        let collect = try await client.run(["collect", "demo", output.path])
+        #expect(collect.status == 0, "\(collect.lines)")
+        let finished = collect.lines.filter { $0.hasPrefix("finished ") }
+        #expect(finished.count == 2, "\(collect.lines)")
+        #expect(collect.lines.filter { $0.hasPrefix("completed ") && $0.hasSuffix(" ok") }.count == 2)
+        #expect(collect.lines.last == "events-finished", "urlSessionDidFinishEvents comes after the events")
+        for (index, size) in sizes.enumerated() {
+            let file = try #require(try FileManager.default.contentsOfDirectory(atPath: output.path).first { $0.hasSuffix("lib\(index).bin") })
+            #expect(try TestContent.sha256Hex(ofFileAt: output.appendingPathComponent(file).path) == TestContent.sha256Hex(size: size, seed: UInt64(index + 70)))
+        }
+        let heldDirectory = daemon.dataDirectory.appendingPathComponent("held/demo").path
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: heldDirectory)) ?? []).isEmpty, "held files are gone once taken")
+
+        let again = try await client.run(["collect", "demo", output.path])
+        #expect(again.lines == ["events-finished"], "nothing is delivered twice: \(again.lines)")
+        await Self.stopDaemon(daemon)
+        try await server.shutdown()
+    }
+
+    @Test("sessionSendsLaunchEvents: hauld launches the client when results wait and none is attached")
+    func launchEvents() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        let client = DemoClient(daemon: daemon)
+        let output = try makeTemporaryDirectory()
+        let start = try await client.run(["start", "woken", "--launch-dir", output.path, server.url("/file/wake.bin?size=500000&seed=3&rate=2000000").absoluteString])
+        #expect(start.status == 0)
+        let arrived = await waitUntil(timeout: .seconds(30)) {
+            ((try? FileManager.default.contentsOfDirectory(atPath: output.path)) ?? []).contains { $0.hasSuffix("wake.bin") }
+        }
+        #expect(arrived, "the launched client collected the file")
+        if arrived {
+            let name = try FileManager.default.contentsOfDirectory(atPath: output.path).first { $0.hasSuffix("wake.bin") }!
+            #expect(try TestContent.sha256Hex(ofFileAt: output.appendingPathComponent(name).path) == TestContent.sha256Hex(size: 500_000, seed: 3))
+        }
+        await Self.stopDaemon(daemon)
+        try await server.shutdown()
+    }
+
+    @Test("SIGTERM pauses transfers resumably; the next daemon continues them")
+    func gracefulShutdown() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let client = try DaemonTestClient(socketPath: daemon.socketPath)
+        _ = try await client.request(.make(.attach, session: "term"))
+        let size: Int64 = 4_000_000
+        let created = try await client.request(.make(.createDownload, session: "term") {
+            $0.url = server.url("/file/term.bin?size=\(size)&seed=9&rate=2000000")
+        })
+        _ = try await client.request(.make(.resume, session: "term") { $0.taskID = created.taskID })
+        client.close()
+        #expect(await waitUntil { server.bodyBytesSent(forKey: "term.bin") > 1_000_000 })
+        #expect(await daemon.terminate() == 0, "graceful shutdown exits 0")
+        try await daemon.start()
+        let collector = try DaemonTestClient(socketPath: daemon.socketPath)
+        var (_, events) = try await collectBacklog(collector, session: "term")
+        while !events.contains(where: { $0.kind == .completed }), let line = await collector.readLine() {
+            if let event = line.event, event.kind == .finishedDownloading || event.kind == .completed { events.append(event) }
+        }
+        let held = try #require(events.first { $0.kind == .finishedDownloading }?.heldFilePath)
+        #expect(try TestContent.sha256Hex(ofFileAt: held) == TestContent.sha256Hex(size: size, seed: 9))
+        #expect(server.bodyBytesSent(forKey: "term.bin") - size < 300_000, "a graceful stop checkpoints the exact offset")
+        #expect(server.requests.last?.header("Range") != nil)
+        collector.close()
+        _ = await daemon.terminate()
+        daemon.cleanUp()
+        try await server.shutdown()
+    }
+
+    /// Stops a daemon the library started (it is not our child): SIGTERM through its lock file.
+    static func stopDaemon(_ daemon: DaemonProcess) async {
+        let lock = daemon.dataDirectory.appendingPathComponent("hauld.lock").path
+        if let text = try? String(contentsOfFile: lock, encoding: .utf8), let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+            kill(pid, SIGTERM)
+            _ = await waitUntil(timeout: .seconds(10)) { kill(pid, 0) != 0 }
+        }
+        daemon.cleanUp()
+    }
+}
+
+func makeTemporaryDirectory() throws -> URL {
+    let url = FileManager.default.temporaryDirectory.appendingPathComponent("haul-bg-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    return url
+}
