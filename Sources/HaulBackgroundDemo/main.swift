@@ -58,11 +58,14 @@ final class Collector: TransferSessionDownloadDelegate, @unchecked Sendable {
         self.checkDone()
     }
 
+    let invalidated = DispatchSemaphore(value: 0)
+
     func urlSession(_ session: TransferSession, didBecomeInvalidWithError error: (any Error)?) {
         if let error {
             self.say("invalid \(error.localizedDescription)")
             exit(3)
         }
+        self.invalidated.signal()
     }
 
     private func checkDone() {
@@ -116,7 +119,9 @@ case "collect":
         collector.say("timeout")
         exit(1)
     }
+    // Let the queued delegate calls and their acknowledgements finish before exiting.
     session.finishTasksAndInvalidate()
+    _ = collector.invalidated.wait(timeout: .now() + 10)
     exit(0)
 default:
     exit(2)

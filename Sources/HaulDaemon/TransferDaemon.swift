@@ -9,6 +9,8 @@ import Synchronization
 public protocol DaemonClient: AnyObject, Sendable {
     /// Sends one event line. Called from the daemon's delivery queue, in order.
     func send(_ event: DaemonEvent)
+    /// Whether the connection is still open.
+    var isConnected: Bool { get }
 }
 
 /// A request the daemon refuses, with a message for the client.
@@ -115,15 +117,29 @@ public final class TransferDaemon: Sendable {
     // MARK: - Requests
 
     /// Attaches `client` to `session`; returns the session's live tasks. Queued events follow.
-    public func attach(session: String, launchCommand: [String]?, client: any DaemonClient) throws -> [DaemonTaskSnapshot] {
-        try self.state.withLock { state in
-            if let existing = state.attached[session], existing !== client {
-                throw DaemonError("the background session '\(session)' is already in use by another client")
+    ///
+    /// A client that quits and a new one that starts at once race: the new attach may arrive
+    /// before the old connection's end is seen. So an occupied session is waited for (up to a
+    /// second) before the attach is refused.
+    public func attach(session: String, launchCommand: [String]?, client: any DaemonClient) async throws -> [DaemonTaskSnapshot] {
+        var attached = false
+        for _ in 0..<50 {
+            attached = self.state.withLock { state in
+                if let existing = state.attached[session], existing !== client, existing.isConnected {
+                    return false
+                }
+                state.attached[session] = client
+                state.lastDeliveredEvent[session] = 0
+                return true
             }
-            state.attached[session] = client
-            state.lastDeliveredEvent[session] = 0
+            if attached { break }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        guard attached else {
+            throw DaemonError("the background session '\(session)' is already in use by another client")
         }
         try self.store.save(StoredSession(identifier: session, launchCommand: launchCommand))
+        self.logger.info("client attached to session '\(session)'")
         return try self.snapshots(session: session)
     }
 
@@ -139,11 +155,12 @@ public final class TransferDaemon: Sendable {
 
     /// The connection of `client` ended.
     public func detach(client: any DaemonClient) {
-        self.state.withLock { state in
-            for (session, attached) in state.attached where attached === client {
-                state.attached[session] = nil
-            }
+        let sessions = self.state.withLock { state -> [String] in
+            let sessions = state.attached.filter { $0.value === client }.map(\.key)
+            for session in sessions { state.attached[session] = nil }
+            return sessions
         }
+        for session in sessions { self.logger.info("client detached from session '\(session)'") }
     }
 
     public func snapshots(session: String) throws -> [DaemonTaskSnapshot] {

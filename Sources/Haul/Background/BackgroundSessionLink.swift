@@ -39,14 +39,17 @@ final class BackgroundSessionLink: Sendable {
         request.session = self.identifier
         request.protocolVersion = DaemonProtocol.version
         request.launchCommand = self.launchCommand
+        // Recorded before the attach: the backlog follows its answer at once, and handling it
+        // needs the connection to acknowledge events.
+        self.state.withLock { $0.client = client }
         let response: DaemonResponse
         do {
             response = try client.call(request)
         } catch {
+            self.state.withLock { $0.client = nil }
             client.close()
             throw error
         }
-        self.state.withLock { $0.client = client }
         for snapshot in response.tasks ?? [] {
             let task = self.session.remoteDownloadTask(id: snapshot.taskID, url: snapshot.originalURL)
             task.adoptSnapshot(snapshot)

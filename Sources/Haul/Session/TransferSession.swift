@@ -350,8 +350,10 @@ public final class TransferSession: Sendable {
     public func finishTasksAndInvalidate() {
         guard !self.isShared else { return }
         if self.isBackground {
-            // The tasks live on in hauld; the session only lets go of them.
-            self.backgroundLink?.close()
+            // The tasks live on in hauld; the session only lets go of them, after the delegate
+            // calls already queued (and their acknowledgements) have run.
+            let link = self.backgroundLink
+            self.delegateQueue.addOperation { link?.close() }
             self.state.withLock { $0.tasks = [:] }
             self.invalidate()
             return

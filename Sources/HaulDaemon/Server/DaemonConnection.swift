@@ -14,6 +14,8 @@ final class DaemonConnection: DaemonClient, Sendable {
         self.write(DaemonServerLine(event: event))
     }
 
+    var isConnected: Bool { self.channel.isActive }
+
     func respond(_ response: DaemonResponse) {
         self.write(DaemonServerLine(response: response))
     }
@@ -104,7 +106,7 @@ enum DaemonRequestHandler {
                 if let version = request.protocolVersion, version != DaemonProtocol.version {
                     throw DaemonError("protocol version \(version) is not supported (daemon speaks \(DaemonProtocol.version))")
                 }
-                response.tasks = try daemon.attach(
+                response.tasks = try await daemon.attach(
                     session: try Self.session(request),
                     launchCommand: request.launchCommand,
                     client: connection
