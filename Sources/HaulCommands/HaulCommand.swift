@@ -7,7 +7,7 @@ public struct HaulCommand: AsyncParsableCommand {
         commandName: "haul",
         abstract: "Resumable, verified HTTP downloads, URLSession-style, for Linux.",
         version: "0.1.0",
-        subcommands: [GetCommand.self]
+        subcommands: [GetCommand.self, DaemonCommand.self]
     )
 
     public init() {}

@@ -125,6 +125,10 @@ public final class TransferSession: Sendable {
         self.backgroundLinkStorage.withLock { $0 = link }
         do {
             guard !identifier.isEmpty else { throw BackgroundDaemonClient.Failure(description: "a background session needs an identifier") }
+            // Results arrive only through the delegate; without one they would be lost.
+            guard self.delegateBox.value != nil else {
+                throw BackgroundDaemonClient.Failure(description: "a background session needs a delegate")
+            }
             try link.attach()
         } catch {
             self.backgroundLinkStorage.withLock { $0 = nil }

@@ -72,6 +72,20 @@ final class DaemonProcess: @unchecked Sendable {
         return process.terminationStatus
     }
 
+    /// A test that fails half-way must not leave a daemon behind: the child is killed, and a
+    /// daemon the library started (found through the lock file) is asked to stop.
+    deinit {
+        if let process = self.process, process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        let lock = self.dataDirectory.appendingPathComponent("hauld.lock").path
+        if let text = try? String(contentsOfFile: lock, encoding: .utf8),
+            let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0,
+            let command = try? String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8),
+            command.contains(self.dataDirectory.path)
+        {
+            kill(pid, SIGTERM)
+        }
+    }
+
     func cleanUp() {
         try? FileManager.default.removeItem(at: self.dataDirectory.deletingLastPathComponent())
     }
