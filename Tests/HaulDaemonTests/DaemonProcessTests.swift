@@ -127,6 +127,42 @@ struct DaemonProcessTests {
         try await server.shutdown()
     }
 
+    @Test("Dropped connections and 503 with Retry-After are retried from the bytes on disk")
+    func retries() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let client = try DaemonTestClient(socketPath: daemon.socketPath)
+        _ = try await client.request(.make(.attach, session: "retry"))
+        let size: Int64 = 900_000
+        let cut = try await client.request(.make(.createDownload, session: "retry") {
+            $0.url = server.url("/file/cut.bin?size=\(size)&seed=4&cutAfter=300000&cutTimes=2&cutMode=close")
+        })
+        _ = try await client.request(.make(.resume, session: "retry") { $0.taskID = cut.taskID })
+        let busy = try await client.request(.make(.createDownload, session: "retry") {
+            $0.url = server.url("/file/busy.bin?size=1000&seed=5&fail503=1&retryAfter=1")
+        })
+        _ = try await client.request(.make(.resume, session: "retry") { $0.taskID = busy.taskID })
+        var events: [DaemonEvent] = []
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(30))
+            client.close()
+        }
+        while events.filter({ $0.kind == .completed }).count < 2, let line = await client.readLine() {
+            if let event = line.event, event.kind == .finishedDownloading || event.kind == .completed { events.append(event) }
+        }
+        watchdog.cancel()
+        #expect(events.filter { $0.kind == .completed }.allSatisfy { $0.errorCode == nil }, "\(events)")
+        let cutFile = try #require(events.first { $0.taskID == cut.taskID && $0.kind == .finishedDownloading }?.heldFilePath)
+        #expect(try TestContent.sha256Hex(ofFileAt: cutFile) == TestContent.sha256Hex(size: size, seed: 4))
+        #expect(server.bodyBytesSent(forKey: "cut.bin") == size, "each retry continued exactly where the last stopped")
+        #expect(server.requestCount(forKey: "busy.bin") == 2)
+        client.close()
+        _ = await daemon.terminate()
+        daemon.cleanUp()
+        try await server.shutdown()
+    }
+
     @Test("A second daemon on the same store is refused with a clear error")
     func secondDaemonRefused() async throws {
         let daemon = try DaemonProcess()
