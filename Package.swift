@@ -147,6 +147,7 @@ let package = Package(
         .testTarget(
             name: "HaulDaemonTests",
             dependencies: [
+                "Haul",
                 "HaulDaemon",
                 "HaulStore",
                 "HaulCore",

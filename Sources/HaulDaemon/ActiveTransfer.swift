@@ -16,7 +16,11 @@ final class ActiveTransfer: TransferRunObserver, Sendable {
         var lastProgressEvent = ContinuousClock.now - .seconds(1)
         var currentURL: URL
         var lastPoint: ResumePoint?
+        /// An upload's response body, kept up to ``maximumResponseBody`` bytes.
+        var responseBody = Data()
     }
+
+    static let maximumResponseBody = 1 << 20
 
     unowned let daemon: TransferDaemon
     let task: StoredTask
@@ -33,6 +37,10 @@ final class ActiveTransfer: TransferRunObserver, Sendable {
     var taskID: Int64 { self.task.id! }
 
     func transferRun(_ run: TransferRun, didReceive response: ResponseInfo, resumedAtOffset: Int64?, expectedTotal: Int64?) {
+        if self.task.isUpload {
+            self.progress.withLock { $0.responseBody = Data() }
+            return
+        }
         let validators = EntityValidators(headers: response.headers)
         let resumable = RangeResumeRules.notResumableReason(method: "GET", status: response.statusCode, headers: response.headers) == nil
         let offset = resumedAtOffset ?? 0
@@ -79,7 +87,14 @@ final class ActiveTransfer: TransferRunObserver, Sendable {
         }
     }
 
-    func transferRun(_ run: TransferRun, didReceive body: ByteBuffer) {}
+    func transferRun(_ run: TransferRun, didReceive body: ByteBuffer) {
+        self.progress.withLock { progress in
+            guard progress.responseBody.count + body.readableBytes <= Self.maximumResponseBody else { return }
+            progress.responseBody.append(contentsOf: body.readableBytesView)
+        }
+    }
+
+    var responseBody: Data { self.progress.withLock { $0.responseBody } }
 
     func transferRun(_ run: TransferRun, willRedirect response: ResponseInfo, to request: TransferRequest) async -> TransferRequest? {
         request  // background sessions always follow redirects, as on Apple's platforms

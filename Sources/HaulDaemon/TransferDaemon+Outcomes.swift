@@ -13,6 +13,8 @@ extension TransferDaemon {
             if RetryPolicy.isTransient(status: response.statusCode) {
                 let error = URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "server answered \(response.statusCode)"])
                 self.handleFailure(task, error: error, response: response, point: nil)
+            } else if task.isUpload {
+                self.finishUpload(task, response: response, body: active?.transfer.responseBody ?? Data())
             } else {
                 self.finishDownload(task, response: response)
             }
@@ -68,6 +70,16 @@ extension TransferDaemon {
         self.record(task, events: [finished, completed])
     }
 
+    private func finishUpload(_ task: StoredTask, response: ResponseInfo, body: Data) {
+        var completed = PendingEvent(sessionIdentifier: task.sessionIdentifier, taskID: task.id!, kind: .completed)
+        completed.statusCode = response.statusCode
+        completed.responseHeaders = response.headers
+        completed.responseURL = response.url
+        completed.responseBody = body
+        self.logger.info("upload task \(task.id!) finished with status \(response.statusCode)")
+        self.record(task, events: [completed])
+    }
+
     private func handleFailure(_ task: StoredTask, error: URLError, response: ResponseInfo?, point: ResumePoint?) {
         let status = error.userInfo["statusCode"] as? Int ?? response.flatMap { RetryPolicy.isTransient(status: $0.statusCode) ? $0.statusCode : nil }
         let failure: TransferFailureKind
@@ -114,9 +126,9 @@ extension TransferDaemon {
         var completed = PendingEvent(sessionIdentifier: task.sessionIdentifier, taskID: task.id!, kind: .completed)
         completed.errorCode = error.code.rawValue
         completed.errorMessage = error.localizedDescription
-        if let point {
+        if let point, !task.isUpload {
             completed.resumeData = self.resumeData(task, point: point)
-        } else {
+        } else if !task.isUpload {
             unlink(task.partialFilePath)
         }
         self.logger.info("task \(task.id!) failed: \(error.localizedDescription)")
@@ -125,8 +137,8 @@ extension TransferDaemon {
 
     /// Completes a cancelled task; returns its resume data when asked for and possible.
     func completeCancelled(_ task: StoredTask, point: ResumePoint?, produceResumeData: Bool) -> Data? {
-        let data = produceResumeData ? point.map { self.resumeData(task, point: $0) } : nil
-        if data == nil { unlink(task.partialFilePath) }
+        let data = produceResumeData && !task.isUpload ? point.map { self.resumeData(task, point: $0) } : nil
+        if data == nil, !task.isUpload { unlink(task.partialFilePath) }
         var completed = PendingEvent(sessionIdentifier: task.sessionIdentifier, taskID: task.id!, kind: .completed)
         completed.errorCode = URLError.Code.cancelled.rawValue
         completed.errorMessage = "cancelled"
@@ -230,5 +242,6 @@ extension DaemonEvent {
         self.errorCode = stored.errorCode
         self.errorMessage = stored.errorMessage
         self.resumeData = stored.resumeData
+        self.responseBody = stored.responseBody
     }
 }

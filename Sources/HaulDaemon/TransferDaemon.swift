@@ -95,7 +95,7 @@ public final class TransferDaemon: Sendable {
     public func start() throws {
         let revived = try self.store.reviveInterruptedTasks()
         if !revived.isEmpty { self.logger.info("resuming \(revived.count) interrupted or waiting task(s)") }
-        self.schedule()
+        self.deliveryQueue.async { self.schedule() }
         for session in try self.store.sessionsWithPendingEvents() { self.launchIfNeeded(session: session) }
     }
 
@@ -173,7 +173,8 @@ public final class TransferDaemon: Sendable {
                 state: task.state.rawValue,
                 bytesOnDisk: live ?? task.bytesOnDisk,
                 entityLength: task.entityLength,
-                taskDescription: task.taskDescription
+                taskDescription: task.taskDescription,
+                isUpload: task.isUpload
             )
         }
     }
@@ -203,6 +204,38 @@ public final class TransferDaemon: Sendable {
         return try self.store.insert(task).id!
     }
 
+    /// Records a new, suspended upload task sending the file at `filePath`.
+    public func createUpload(
+        session: String,
+        url: URL,
+        method: String,
+        filePath: String,
+        headers: HTTPHeaderFields,
+        taskDescription: String?,
+        isDiscretionary: Bool,
+        resourceTimeout: Double
+    ) throws -> Int64 {
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+            throw DaemonError("background sessions transfer only http and https URLs, not \(url.absoluteString)")
+        }
+        guard FileManager.default.isReadableFile(atPath: filePath) else {
+            throw DaemonError("cannot read the upload file \(filePath)")
+        }
+        var task = StoredTask(
+            sessionIdentifier: session,
+            url: url,
+            requestHeaders: headers,
+            taskDescription: taskDescription,
+            isDiscretionary: isDiscretionary,
+            partialFilePath: "",
+            resourceDeadline: Date().addingTimeInterval(max(1, resourceTimeout))
+        )
+        task.isUpload = true
+        task.method = method.uppercased()
+        task.uploadFilePath = filePath
+        return try self.store.insert(task).id!
+    }
+
     /// Starts or continues a task. Durable once it returns.
     public func resume(session: String, taskID: Int64) throws {
         var task = try self.ownedTask(session: session, taskID: taskID)
@@ -210,7 +243,7 @@ public final class TransferDaemon: Sendable {
         task.state = .waiting
         task.notBefore = nil
         try self.store.update(task)
-        self.schedule()
+        self.deliveryQueue.async { self.schedule() }
     }
 
     /// Pauses a task, keeping its bytes.
@@ -263,7 +296,10 @@ public final class TransferDaemon: Sendable {
 
     /// Starts waiting tasks while slots are free: non-discretionary first, then oldest first.
     /// A waiting non-discretionary task makes a running discretionary one yield its slot.
+    ///
+    /// Runs only on `deliveryQueue`, so two decisions never start the same task twice.
     func schedule() {
+        dispatchPrecondition(condition: .onQueue(self.deliveryQueue))
         let waiting: [StoredTask]
         do {
             waiting = try self.store.waitingTasks()
@@ -306,7 +342,7 @@ public final class TransferDaemon: Sendable {
         }
         guard shouldSchedule else { return }
         let delay = max(0, date.timeIntervalSinceNow) + 0.01
-        DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [weak self] in
+        self.deliveryQueue.asyncAfter(deadline: .now() + delay) { [weak self] in
             self?.state.withLock { $0.wakeUpScheduled = nil }
             self?.schedule()
         }
@@ -317,6 +353,10 @@ public final class TransferDaemon: Sendable {
         task.state = .running
         do { try self.store.update(task) } catch {
             self.logger.error("cannot record task \(task.id!) as running: \(error)")
+            return
+        }
+        if task.isUpload {
+            self.startUpload(task)
             return
         }
         let request = TransferRequest(url: task.currentURL, method: "GET", headers: task.requestHeaders)
@@ -335,6 +375,31 @@ public final class TransferDaemon: Sendable {
         )
         self.state.withLock { $0.active[task.id!] = Active(transfer: transfer, run: run) }
         self.logger.debug("task \(task.id!) starts at offset \(point?.offset ?? 0)")
+        let started = task
+        run.start { outcome in self.transferEnded(started, outcome: outcome) }
+    }
+}
+
+extension TransferDaemon {
+    /// Uploads start over on every attempt (a request body cannot be resumed); the response
+    /// body is collected for the completion event.
+    fileprivate func startUpload(_ task: StoredTask) {
+        let request = TransferRequest(
+            url: task.currentURL,
+            method: task.method,
+            headers: task.requestHeaders,
+            body: .file(task.uploadFilePath ?? "")
+        )
+        let transfer = ActiveTransfer(daemon: self, task: task, startingPoint: nil)
+        let remaining = task.resourceDeadline.timeIntervalSinceNow
+        let run = TransferRun(
+            engine: self.engine,
+            request: request,
+            destination: .observer,
+            resourceTimeout: .milliseconds(Int64(max(0, remaining) * 1000)),
+            observer: transfer
+        )
+        self.state.withLock { $0.active[task.id!] = Active(transfer: transfer, run: run) }
         let started = task
         run.start { outcome in self.transferEnded(started, outcome: outcome) }
     }

@@ -27,6 +27,10 @@ public struct StoredTask: Codable, Sendable, Hashable, FetchableRecord, MutableP
     public var requestHeaders: HTTPHeaderFields
     public var taskDescription: String?
     public var isDiscretionary: Bool
+    /// Uploads send the file at `uploadFilePath` with `method`; downloads GET into the partial file.
+    public var isUpload: Bool = false
+    public var method: String = "GET"
+    public var uploadFilePath: String?
     public var partialFilePath: String
     /// Bytes of the entity known to be on disk at the last checkpoint.
     public var bytesOnDisk: Int64
@@ -114,6 +118,8 @@ public struct PendingEvent: Codable, Sendable, Hashable, FetchableRecord, Mutabl
     public var errorMessage: String?
     /// Resume data for a failed download that can continue.
     public var resumeData: Data?
+    /// An upload's response body (at most 1 MiB).
+    public var responseBody: Data?
     public var createdAt: Date
 
     public enum Columns {

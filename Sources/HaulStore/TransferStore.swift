@@ -41,6 +41,9 @@ public struct TransferStore: Sendable {
                 table.column("requestHeaders", .jsonText).notNull()
                 table.column("taskDescription", .text)
                 table.column("isDiscretionary", .boolean).notNull()
+                table.column("isUpload", .boolean).notNull()
+                table.column("method", .text).notNull()
+                table.column("uploadFilePath", .text)
                 table.column("partialFilePath", .text).notNull()
                 table.column("bytesOnDisk", .integer).notNull()
                 table.column("entityLength", .integer)
@@ -64,6 +67,7 @@ public struct TransferStore: Sendable {
                 table.column("errorCode", .integer)
                 table.column("errorMessage", .text)
                 table.column("resumeData", .blob)
+                table.column("responseBody", .blob)
                 table.column("createdAt", .datetime).notNull()
             }
             try db.create(table: StoredSession.databaseTableName) { table in

@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 import HaulCore
 import HaulTestSupport
 import Testing
@@ -127,6 +128,36 @@ struct BackgroundSessionTests {
         try await server.shutdown()
     }
 
+    @Test("An upload from a file runs in hauld; its response body arrives before the completion")
+    func backgroundUpload() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        setenv("HAUL_DATA_DIR", daemon.dataDirectory.path, 1)
+        setenv("HAUL_RUNTIME_DIR", daemon.runtimeDirectory.path, 1)
+        setenv("HAUL_DAEMON_PATH", DaemonProcess.executable.path, 1)
+        defer {
+            unsetenv("HAUL_DATA_DIR")
+            unsetenv("HAUL_RUNTIME_DIR")
+        }
+        let file = try makeTemporaryDirectory().appendingPathComponent("upload.bin")
+        let bytes = Data(TestContent.bytes(0..<700_000, seed: 23))
+        try bytes.write(to: file)
+        let delegate = UploadDelegate()
+        let session = TransferSession(configuration: .background(withIdentifier: "uploads"), delegate: delegate, delegateQueue: nil)
+        var request = URLRequest(url: server.url("/echo"))
+        request.httpMethod = "POST"
+        let task = session.uploadTask(with: request, fromFile: file)
+        #expect(task.countOfBytesExpectedToSend == 700_000)
+        task.resume()
+        let error = await delegate.completion()
+        #expect(error == nil)
+        #expect(delegate.received == bytes, "the echoed body arrives through didReceive data")
+        #expect((task.response as? HTTPURLResponse)?.statusCode == 200)
+        session.finishTasksAndInvalidate()
+        await Self.stopDaemon(daemon)
+        try await server.shutdown()
+    }
+
     /// Stops a daemon the library started (it is not our child): SIGTERM through its lock file.
     static func stopDaemon(_ daemon: DaemonProcess) async {
         let lock = daemon.dataDirectory.appendingPathComponent("hauld.lock").path
@@ -142,4 +173,36 @@ func makeTemporaryDirectory() throws -> URL {
     let url = FileManager.default.temporaryDirectory.appendingPathComponent("haul-bg-\(UUID().uuidString)")
     try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     return url
+}
+
+final class UploadDelegate: TransferSessionDataDelegate, @unchecked Sendable {
+    private let lock = NSLock()
+    private var data = Data()
+    private var result: (any Error)??
+    private var waiter: CheckedContinuation<(any Error)?, Never>?
+
+    var received: Data { self.lock.withLock { self.data } }
+
+    func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didReceive data: Data) {
+        self.lock.withLock { self.data.append(data) }
+    }
+
+    func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {
+        let waiter = self.lock.withLock { () -> CheckedContinuation<(any Error)?, Never>? in
+            self.result = .some(error)
+            return self.waiter
+        }
+        waiter?.resume(returning: error)
+    }
+
+    func completion() async -> (any Error)? {
+        await withCheckedContinuation { continuation in
+            let done: (any Error)?? = self.lock.withLock {
+                if let result = self.result { return .some(result) }
+                self.waiter = continuation
+                return nil
+            }
+            if let done { continuation.resume(returning: done) }
+        }
+    }
 }

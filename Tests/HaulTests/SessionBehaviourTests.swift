@@ -198,3 +198,26 @@ struct SessionBehaviourTests {
         try await env.finish()
     }
 }
+
+@Suite("Uploads from files")
+struct FileUploadTests {
+    @Test("uploadTask(with:fromFile:) streams the file with its length; a missing file is a clear error")
+    func uploadFromFile() async throws {
+        let env = try await TestEnvironment.make()
+        let file = env.directory.appendingPathComponent("payload.bin")
+        let bytes = Data(TestContent.bytes(0..<3_000_000, seed: 17))
+        try bytes.write(to: file)
+        var request = URLRequest(url: env.server.url("/echo"))
+        request.httpMethod = "PUT"
+        let (echoed, response) = try await env.session.upload(for: request, fromFile: file)
+        #expect(echoed == bytes)
+        #expect((response as? HTTPURLResponse)?.value(forHTTPHeaderField: "X-Echo-Method") == "PUT")
+        #expect(env.server.requests.last?.header("Content-Length") == "3000000")
+
+        let missing = env.session.uploadTask(with: URLRequest(url: env.server.url("/echo")), fromFile: env.directory.appendingPathComponent("nope"))
+        missing.resume()
+        let error = try #require(await env.delegate.completion(of: missing) as? URLError)
+        #expect(error.code == .fileDoesNotExist)
+        try await env.finish()
+    }
+}

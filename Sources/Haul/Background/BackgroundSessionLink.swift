@@ -51,7 +51,7 @@ final class BackgroundSessionLink: Sendable {
             throw error
         }
         for snapshot in response.tasks ?? [] {
-            let task = self.session.remoteDownloadTask(id: snapshot.taskID, url: snapshot.originalURL)
+            let task = self.session.remoteTask(id: snapshot.taskID, url: snapshot.originalURL, isUpload: snapshot.isUpload ?? false)
             task.adoptSnapshot(snapshot)
         }
     }
@@ -65,6 +65,11 @@ final class BackgroundSessionLink: Sendable {
         request.session = self.identifier
         configure(&request)
         return try client.call(request)
+    }
+
+    /// Stops reconnecting from now on; the connection itself stays until ``close()``.
+    func stopReconnecting() {
+        self.state.withLock { $0.isClosed = true }
     }
 
     func close() {
@@ -109,7 +114,11 @@ final class BackgroundSessionLink: Sendable {
             guard let id = event.taskID, let eventID = event.eventID else { return }
             let isNew = self.state.withLock { $0.deliveredEvents.insert(eventID).inserted }
             guard isNew else { return }
-            let task = session.remoteDownloadTask(id: id, url: event.responseURL ?? event.originalURL ?? URL(string: "http://unknown")!)
+            let task = session.remoteTask(
+                id: id,
+                url: event.responseURL ?? event.originalURL ?? URL(string: "http://unknown")!,
+                isUpload: event.responseBody != nil
+            )
             if let status = event.statusCode, let url = event.responseURL {
                 task.setRemoteResponse(status: status, headers: event.responseHeaders ?? HTTPHeaderFields(), url: url)
             }
@@ -119,7 +128,7 @@ final class BackgroundSessionLink: Sendable {
             if event.kind == .finishedDownloading, let held = event.heldFilePath {
                 task.remoteFinished(heldFile: URL(fileURLWithPath: held), acknowledge: acknowledge)
             } else {
-                task.remoteCompleted(error: Self.error(from: event), acknowledge: acknowledge)
+                task.remoteCompleted(error: Self.error(from: event), responseBody: event.responseBody, acknowledge: acknowledge)
             }
         }
     }

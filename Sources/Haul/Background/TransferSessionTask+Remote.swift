@@ -109,14 +109,18 @@ extension TransferSessionTask {
         }
     }
 
-    func remoteCompleted(error: URLError?, acknowledge: @escaping @Sendable () -> Void) {
+    func remoteCompleted(error: URLError?, responseBody: Data?, acknowledge: @escaping @Sendable () -> Void) {
         self.inner.withLock { inner in
             _ = inner.lifecycle.transferFinished()
             if inner.lifecycle.publicState != .completed { _ = inner.lifecycle.cancelCalled() }
             inner.error = error
         }
         let session = self.session
+        let dataTask = self as? TransferSessionDataTask
         session.enqueueDelegateCall { delegate in
+            if let dataTask, let responseBody, !responseBody.isEmpty {
+                (delegate as? any TransferSessionDataDelegate)?.urlSession(session, dataTask: dataTask, didReceive: responseBody)
+            }
             (delegate as? any TransferSessionTaskDelegate)?.urlSession(session, task: self, didCompleteWithError: error)
             acknowledge()
         }

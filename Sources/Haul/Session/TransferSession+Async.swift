@@ -56,6 +56,26 @@ extension TransferSession {
         return try await self.data(for: request)
     }
 
+    /// Sends the file at `fileURL` with `request` and returns the response body and response.
+    public func upload(for request: URLRequest, fromFile fileURL: URL) async throws -> (Data, URLResponse) {
+        let box = TaskBox<TransferSessionUploadTask>()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let task = self.makeUploadTask(request: request, fileURL: fileURL) { data, response, error in
+                    if let error {
+                        continuation.resume(throwing: error)
+                    } else {
+                        continuation.resume(returning: (data ?? Data(), response!))
+                    }
+                }
+                box.set(task)
+                task.resume()
+            }
+        } onCancel: {
+            box.task?.cancel()
+        }
+    }
+
     private func awaitDownload(
         _ makeTask: (@escaping TransferSessionDownloadTask.CompletionHandler) -> TransferSessionDownloadTask
     ) async throws -> (URL, URLResponse) {

@@ -146,25 +146,65 @@ public final class TransferSession: Sendable {
     }
 
     /// The task object of the daemon's task `id`, created on first sight.
-    func remoteDownloadTask(id: Int64, url: URL) -> TransferSessionDownloadTask {
+    func remoteTask(id: Int64, url: URL, isUpload: Bool) -> TransferSessionTask {
         self.state.withLock { state in
-            if let existing = state.tasks[Int(id)] as? TransferSessionDownloadTask { return existing }
-            let task = TransferSessionDownloadTask(
-                session: self,
-                identifier: Int(id),
-                request: URLRequest(url: url),
-                partialFilePath: "",
-                handsOverFile: false,
-                completionHandler: nil
-            )
+            if let existing = state.tasks[Int(id)] { return existing }
+            let task: TransferSessionTask
+            if isUpload {
+                var request = URLRequest(url: url)
+                request.httpMethod = "POST"
+                task = TransferSessionUploadTask(session: self, identifier: Int(id), request: request, completionHandler: nil)
+            } else {
+                task = TransferSessionDownloadTask(
+                    session: self,
+                    identifier: Int(id),
+                    request: URLRequest(url: url),
+                    partialFilePath: "",
+                    handsOverFile: false,
+                    completionHandler: nil
+                )
+            }
             task.inner.withLock { $0.remoteTaskID = id }
             state.tasks[Int(id)] = task
             return task
         }
     }
 
-    func existingRemoteTask(id: Int64) -> TransferSessionDownloadTask? {
-        self.state.withLock { $0.tasks[Int(id)] as? TransferSessionDownloadTask }
+    func existingRemoteTask(id: Int64) -> TransferSessionTask? {
+        self.state.withLock { $0.tasks[Int(id)] }
+    }
+
+    /// An upload task created in `hauld` for a background session.
+    private func makeBackgroundUploadTask(request: URLRequest, fileURL: URL) -> TransferSessionUploadTask {
+        var request = request
+        if request.httpMethod == nil || request.httpMethod == "GET" { request.httpMethod = "POST" }
+        request.httpBody = nil
+        do {
+            guard let link = self.backgroundLink else {
+                throw URLError(.cannotConnectToHost, userInfo: [NSLocalizedDescriptionKey: "the background session is not connected to hauld"])
+            }
+            let engineRequest = try TransferRequest(request, additionalHeaders: self.configurationSnapshot.httpAdditionalHeaders, isDownload: false)
+            let response = try link.call(.createUpload) {
+                $0.url = engineRequest.url
+                $0.headers = engineRequest.headers
+                $0.httpMethod = engineRequest.method
+                $0.filePath = fileURL.standardizedFileURL.path
+                $0.isDiscretionary = self.configurationCopy.value.isDiscretionary
+                $0.resourceTimeout = self.configurationSnapshot.timeoutIntervalForResource
+            }
+            guard let id = response.taskID, let task = self.remoteTask(id: id, url: engineRequest.url, isUpload: true) as? TransferSessionUploadTask else {
+                throw URLError(.badServerResponse)
+            }
+            task.inner.withLock { $0.countOfBytesExpectedToSend = PartialFile.size(at: fileURL.path) ?? 0 }
+            return task
+        } catch {
+            let failure = error as? URLError ?? URLError(.cannotConnectToHost, userInfo: [NSLocalizedDescriptionKey: "hauld: \(error)"])
+            let task = self.register { identifier in
+                TransferSessionUploadTask(session: self, identifier: identifier, request: request, completionHandler: nil)
+            }
+            task.inner.withLock { $0.creationError = failure }
+            return task
+        }
     }
 
     /// A download task created in `hauld` for a background session.
@@ -183,8 +223,10 @@ public final class TransferSession: Sendable {
                 $0.isDiscretionary = self.configurationCopy.value.isDiscretionary
                 $0.resourceTimeout = self.configurationSnapshot.timeoutIntervalForResource
             }
-            guard let id = response.taskID else { throw URLError(.badServerResponse) }
-            return self.remoteDownloadTask(id: id, url: engineRequest.url)
+            guard let id = response.taskID, let task = self.remoteTask(id: id, url: engineRequest.url, isUpload: false) as? TransferSessionDownloadTask else {
+                throw URLError(.badServerResponse)
+            }
+            return task
         } catch {
             let failure = error as? URLError ?? URLError(.cannotConnectToHost, userInfo: [NSLocalizedDescriptionKey: "hauld: \(error)"])
             return self.failedDownloadTask(failure, handsOverFile: false, completionHandler: nil)
@@ -315,6 +357,51 @@ public final class TransferSession: Sendable {
         self.makeUploadTask(request: request, body: bodyData, completionHandler: completionHandler)
     }
 
+    /// An upload of the file at `fileURL` with `request` (POST unless the request says
+    /// otherwise), streamed from disk with a `Content-Length` of the file's size. In a
+    /// background session the upload runs in hauld and its response body arrives through
+    /// `didReceive data` before `didCompleteWithError`.
+    public func uploadTask(with request: URLRequest, fromFile fileURL: URL) -> TransferSessionUploadTask {
+        if self.isBackground { return self.makeBackgroundUploadTask(request: request, fileURL: fileURL) }
+        return self.makeUploadTask(request: request, fileURL: fileURL, completionHandler: nil)
+    }
+
+    /// An upload of the file at `fileURL` whose response body goes to `completionHandler`.
+    public func uploadTask(
+        with request: URLRequest,
+        fromFile fileURL: URL,
+        completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+    ) -> TransferSessionUploadTask {
+        self.makeUploadTask(request: request, fileURL: fileURL, completionHandler: completionHandler)
+    }
+
+    func makeUploadTask(
+        request: URLRequest,
+        fileURL: URL,
+        completionHandler: TransferSessionDataTask.CompletionHandler?
+    ) -> TransferSessionUploadTask {
+        var request = request
+        if request.httpMethod == nil || request.httpMethod == "GET" { request.httpMethod = "POST" }
+        request.httpBody = nil
+        let task = self.register { identifier in
+            TransferSessionUploadTask(session: self, identifier: identifier, request: request, completionHandler: completionHandler)
+        }
+        self.prepare(task, request: request, isDownload: false)
+        let size = PartialFile.size(at: fileURL.path)
+        task.inner.withLock { inner in
+            inner.engineRequest?.body = .file(fileURL.path)
+            inner.countOfBytesExpectedToSend = size ?? 0
+            if size == nil, inner.creationError == nil {
+                inner.creationError = URLError(
+                    .fileDoesNotExist,
+                    userInfo: [NSLocalizedDescriptionKey: "cannot upload \(fileURL.path): no such file"]
+                )
+            }
+        }
+        if self.isBackground { task.inner.withLock { $0.creationError = self.unsupportedInBackground("upload completion handlers") } }
+        return task
+    }
+
     // MARK: - Tasks and invalidation
 
     /// Every task of the session that has not completed, passed to `completionHandler` on the
@@ -357,6 +444,7 @@ public final class TransferSession: Sendable {
             // The tasks live on in hauld; the session only lets go of them, after the delegate
             // calls already queued (and their acknowledgements) have run.
             let link = self.backgroundLink
+            link?.stopReconnecting()
             self.delegateQueue.addOperation { link?.close() }
             self.state.withLock { $0.tasks = [:] }
             self.invalidate()

@@ -24,6 +24,10 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         /// Create a download task (`url`, `headers`, `taskDescription`, `isDiscretionary`,
         /// `resourceTimeout`); answers with `taskID`. The task starts suspended.
         case createDownload
+        /// Create an upload task (`url`, `httpMethod`, `filePath`, `headers`, …); answers with
+        /// `taskID`. The file is read when the transfer starts; the response body comes with
+        /// the `completed` event.
+        case createUpload
         /// Start or continue a task (`taskID`). Durable once answered.
         case resume
         /// Pause a task (`taskID`), keeping its bytes.
@@ -50,6 +54,9 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
     public var taskID: Int64?
     public var eventID: Int64?
     public var produceResumeData: Bool?
+    /// With `createUpload`: the file to send and the method (default POST).
+    public var filePath: String?
+    public var httpMethod: String?
     /// With `attach`: the command the daemon runs when events are pending and no client is
     /// attached (`sessionSendsLaunchEvents`); `nil` to not be launched.
     public var launchCommand: [String]?
@@ -70,6 +77,8 @@ public struct DaemonTaskSnapshot: Codable, Sendable, Hashable {
     public var bytesOnDisk: Int64
     public var entityLength: Int64?
     public var taskDescription: String?
+    /// Whether the task is an upload (else a download).
+    public var isUpload: Bool?
 
     public init(
         taskID: Int64,
@@ -78,7 +87,8 @@ public struct DaemonTaskSnapshot: Codable, Sendable, Hashable {
         state: String,
         bytesOnDisk: Int64,
         entityLength: Int64?,
-        taskDescription: String?
+        taskDescription: String?,
+        isUpload: Bool? = nil
     ) {
         self.taskID = taskID
         self.originalURL = originalURL
@@ -87,6 +97,7 @@ public struct DaemonTaskSnapshot: Codable, Sendable, Hashable {
         self.bytesOnDisk = bytesOnDisk
         self.entityLength = entityLength
         self.taskDescription = taskDescription
+        self.isUpload = isUpload
     }
 }
 
@@ -137,6 +148,9 @@ public struct DaemonEvent: Codable, Sendable, Hashable {
     public var errorCode: Int?
     public var errorMessage: String?
     public var resumeData: Data?
+    /// For uploads: the response body (at most 1 MiB).
+    public var responseBody: Data?
+    public var isUpload: Bool?
 
     public init(kind: Kind, taskID: Int64? = nil) {
         self.kind = kind

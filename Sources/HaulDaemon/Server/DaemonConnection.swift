@@ -123,6 +123,20 @@ enum DaemonRequestHandler {
                     isDiscretionary: request.isDiscretionary ?? false,
                     resourceTimeout: request.resourceTimeout ?? 7 * 24 * 3600
                 )
+            case .createUpload:
+                guard let url = request.url, let filePath = request.filePath else {
+                    throw DaemonError("createUpload needs 'url' and 'filePath'")
+                }
+                response.taskID = try daemon.createUpload(
+                    session: try Self.session(request),
+                    url: url,
+                    method: request.httpMethod ?? "POST",
+                    filePath: filePath,
+                    headers: request.headers ?? HTTPHeaderFields(),
+                    taskDescription: request.taskDescription,
+                    isDiscretionary: request.isDiscretionary ?? false,
+                    resourceTimeout: request.resourceTimeout ?? 7 * 24 * 3600
+                )
             case .resume:
                 try daemon.resume(session: try Self.session(request), taskID: try Self.taskID(request))
             case .suspend:

@@ -10,6 +10,8 @@ package struct TransferRequest: Sendable, Hashable {
     package enum Body: Sendable, Hashable {
         case none
         case data(Data)
+        /// The contents of the file at the path, streamed (uploads from files).
+        case file(String)
     }
 
     package var url: URL

@@ -210,7 +210,7 @@ package final class TransferRun: Sendable {
                 url: request.url,
                 method: HTTPMethod(rawValue: request.method),
                 headers: HTTPHeaders(headers.fields.map { ($0.name, $0.value) }),
-                body: Self.body(of: request)
+                body: try self.body(of: request)
             )
         } catch {
             return .failed(Self.urlError(for: error, url: request.url))
@@ -240,14 +240,50 @@ package final class TransferRun: Sendable {
         return result
     }
 
-    private static func body(of request: TransferRequest) -> HTTPClient.Body? {
+    private func body(of request: TransferRequest) throws(URLError) -> HTTPClient.Body? {
         switch request.body {
-        case .none: nil
-        case .data(let data): .bytes(data)
+        case .none:
+            return nil
+        case .data(let data):
+            return .bytes(data)
+        case .file(let path):
+            guard let size = PartialFile.size(at: path), let handle = FileHandle(forReadingAtPath: path) else {
+                throw URLError(.fileDoesNotExist, userInfo: [NSLocalizedDescriptionKey: "cannot read the upload file \(path)"])
+            }
+            let eventLoop = self.eventLoop
+            let reader = UploadFileReader(handle: handle)
+            return .stream(contentLength: size) { writer in
+                // Sequential 256 KiB reads, each written when the previous write completed.
+                @Sendable func writeNext() -> EventLoopFuture<Void> {
+                    guard let chunk = reader.next() else { return eventLoop.makeSucceededVoidFuture() }
+                    return writer.write(.byteBuffer(ByteBuffer(bytes: chunk))).flatMap { writeNext() }
+                }
+                return writeNext().always { _ in reader.close() }
+            }
         }
     }
 
     static func hostKey(_ url: URL) -> String {
         "\(url.scheme ?? "http")://\(url.host ?? ""):\(url.port ?? (url.scheme == "https" ? 443 : 80))"
+    }
+}
+
+/// Reads an upload's file in order, one chunk per call. Used by one request body at a time,
+/// whose writes are sequenced by their futures.
+final class UploadFileReader: @unchecked Sendable {
+    // @unchecked: `next()` calls are strictly sequential (each after the previous write completed).
+    private let handle: FileHandle
+
+    init(handle: FileHandle) {
+        self.handle = handle
+    }
+
+    func next() -> Data? {
+        guard let data = try? self.handle.read(upToCount: 256 * 1024), !data.isEmpty else { return nil }
+        return data
+    }
+
+    func close() {
+        try? self.handle.close()
     }
 }
