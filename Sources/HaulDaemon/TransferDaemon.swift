@@ -204,6 +204,53 @@ public final class TransferDaemon: Sendable {
         return try self.store.insert(task).id!
     }
 
+    /// Records a new, suspended download that continues from resume data: the daemon takes the
+    /// partial file over (moving it into its own directory) and resumes with `If-Range`.
+    public func createDownload(
+        session: String,
+        resumeData data: Data,
+        taskDescription: String?,
+        isDiscretionary: Bool,
+        resourceTimeout: Double
+    ) throws -> Int64 {
+        let resumeData: ResumeData
+        do {
+            resumeData = try ResumeData.decode(data)
+        } catch {
+            throw DaemonError("cannot resume: \(error)")
+        }
+        guard let onDisk = PartialFileSize.of(resumeData.partialFilePath) else {
+            throw DaemonError("cannot resume: the partial file \(resumeData.partialFilePath) no longer exists")
+        }
+        let partial = self.paths.partialDirectory.appendingPathComponent("\(UUID().uuidString).part").path
+        if rename(resumeData.partialFilePath, partial) != 0 {
+            do {
+                try FileManager.default.copyItem(atPath: resumeData.partialFilePath, toPath: partial)
+                unlink(resumeData.partialFilePath)
+            } catch {
+                throw DaemonError("cannot take over the partial file: \(error)")
+            }
+        }
+        var headers = resumeData.requestHeaders
+        headers.remove(name: "Range")
+        headers.remove(name: "If-Range")
+        var task = StoredTask(
+            sessionIdentifier: session,
+            url: resumeData.originalURL,
+            requestHeaders: headers,
+            taskDescription: taskDescription,
+            isDiscretionary: isDiscretionary,
+            partialFilePath: partial,
+            resourceDeadline: Date().addingTimeInterval(max(1, resourceTimeout))
+        )
+        task.currentURL = resumeData.url
+        task.bytesOnDisk = min(onDisk, resumeData.resumePoint.offset)
+        task.entityLength = resumeData.resumePoint.entityLength
+        task.entityTag = resumeData.resumePoint.validators.entityTag
+        task.lastModified = resumeData.resumePoint.validators.lastModified
+        return try self.store.insert(task).id!
+    }
+
     /// Records a new, suspended upload task sending the file at `filePath`.
     public func createUpload(
         session: String,

@@ -158,6 +158,38 @@ struct BackgroundSessionTests {
         try await server.shutdown()
     }
 
+    @Test("Resume data from an in-process session continues in hauld, which takes the partial file over")
+    func resumeDataIntoBackground() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        setenv("HAUL_DATA_DIR", daemon.dataDirectory.path, 1)
+        setenv("HAUL_RUNTIME_DIR", daemon.runtimeDirectory.path, 1)
+        setenv("HAUL_DAEMON_PATH", DaemonProcess.executable.path, 1)
+        defer {
+            unsetenv("HAUL_DATA_DIR")
+            unsetenv("HAUL_RUNTIME_DIR")
+        }
+        let size: Int64 = 1_200_000
+        let url = server.url("/file/handover.bin?size=\(size)&seed=31&cutAfter=400000&cutMode=close")
+        let local = TransferSession(configuration: .default)
+        let failure = await #expect(throws: URLError.self) { _ = try await local.download(from: url) }
+        let resumeData = try #require(failure?.userInfo[TransferSessionDownloadTaskResumeData] as? Data)
+        local.finishTasksAndInvalidate()
+
+        let delegate = HandoverDelegate()
+        let session = TransferSession(configuration: .background(withIdentifier: "handover"), delegate: delegate, delegateQueue: nil)
+        let task = session.downloadTask(withResumeData: resumeData)
+        task.resume()
+        let error = await delegate.completion()
+        #expect(error == nil)
+        #expect(delegate.digest == TestContent.sha256Hex(size: size, seed: 31))
+        #expect(delegate.resumedAt == [400_000])
+        #expect(server.bodyBytesSent(forKey: "handover.bin") == size, "no byte was fetched twice")
+        session.finishTasksAndInvalidate()
+        await Self.stopDaemon(daemon)
+        try await server.shutdown()
+    }
+
     /// Stops a daemon the library started (it is not our child): SIGTERM through its lock file.
     static func stopDaemon(_ daemon: DaemonProcess) async {
         let lock = daemon.dataDirectory.appendingPathComponent("hauld.lock").path
@@ -185,6 +217,42 @@ final class UploadDelegate: TransferSessionDataDelegate, @unchecked Sendable {
 
     func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didReceive data: Data) {
         self.lock.withLock { self.data.append(data) }
+    }
+
+    func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {
+        let waiter = self.lock.withLock { () -> CheckedContinuation<(any Error)?, Never>? in
+            self.result = .some(error)
+            return self.waiter
+        }
+        waiter?.resume(returning: error)
+    }
+
+    func completion() async -> (any Error)? {
+        await withCheckedContinuation { continuation in
+            let done: (any Error)?? = self.lock.withLock {
+                if let result = self.result { return .some(result) }
+                self.waiter = continuation
+                return nil
+            }
+            if let done { continuation.resume(returning: done) }
+        }
+    }
+}
+
+final class HandoverDelegate: TransferSessionDownloadDelegate, @unchecked Sendable {
+    private let lock = NSLock()
+    private var result: (any Error)??
+    private var waiter: CheckedContinuation<(any Error)?, Never>?
+    private(set) var digest: String?
+    private(set) var resumedAt: [Int64] = []
+
+    func urlSession(_ session: TransferSession, downloadTask: TransferSessionDownloadTask, didFinishDownloadingTo location: URL) {
+        let digest = try? TestContent.sha256Hex(ofFileAt: location.path)
+        self.lock.withLock { self.digest = digest }
+    }
+
+    func urlSession(_ session: TransferSession, downloadTask: TransferSessionDownloadTask, didResumeAtOffset fileOffset: Int64, expectedTotalBytes: Int64) {
+        self.lock.withLock { self.resumedAt.append(fileOffset) }
     }
 
     func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {

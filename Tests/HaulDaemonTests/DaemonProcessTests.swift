@@ -163,6 +163,46 @@ struct DaemonProcessTests {
         try await server.shutdown()
     }
 
+    @Test("A discretionary task yields its slot to a non-discretionary one and finishes later")
+    func discretionaryYields() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start(extraArguments: ["--maximum-transfers", "1"])
+        let client = try DaemonTestClient(socketPath: daemon.socketPath)
+        _ = try await client.request(.make(.attach, session: "slots"))
+        let size: Int64 = 3_000_000
+        let background = try await client.request(.make(.createDownload, session: "slots") {
+            $0.url = server.url("/file/idle.bin?size=\(size)&seed=2&rate=1500000")
+            $0.isDiscretionary = true
+        })
+        _ = try await client.request(.make(.resume, session: "slots") { $0.taskID = background.taskID })
+        #expect(await waitUntil { server.bodyBytesSent(forKey: "idle.bin") > 300_000 })
+        let urgent = try await client.request(.make(.createDownload, session: "slots") {
+            $0.url = server.url("/file/urgent.bin?size=200000&seed=3")
+        })
+        _ = try await client.request(.make(.resume, session: "slots") { $0.taskID = urgent.taskID })
+        var completions: [Int64] = []
+        var held: [Int64: String] = [:]
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(30))
+            client.close()
+        }
+        while completions.count < 2, let line = await client.readLine() {
+            guard let event = line.event, let id = event.taskID else { continue }
+            if event.kind == .completed { completions.append(id) }
+            if event.kind == .finishedDownloading { held[id] = event.heldFilePath }
+        }
+        watchdog.cancel()
+        #expect(completions == [urgent.taskID!, background.taskID!], "the urgent task overtook the discretionary one")
+        let path = try #require(held[background.taskID!])
+        #expect(try TestContent.sha256Hex(ofFileAt: path) == TestContent.sha256Hex(size: size, seed: 2))
+        #expect(server.requests.contains { $0.uri.hasPrefix("/file/idle.bin") && $0.header("Range") != nil }, "the yielded task resumed")
+        client.close()
+        _ = await daemon.terminate()
+        daemon.cleanUp()
+        try await server.shutdown()
+    }
+
     @Test("A second daemon on the same store is refused with a clear error")
     func secondDaemonRefused() async throws {
         let daemon = try DaemonProcess()

@@ -233,6 +233,43 @@ public final class TransferSession: Sendable {
         }
     }
 
+    /// A download in `hauld` that continues from resume data (the daemon takes the partial
+    /// file over).
+    private func makeBackgroundDownloadTask(resumeData: Data) -> TransferSessionDownloadTask {
+        do {
+            guard let link = self.backgroundLink else {
+                throw URLError(.cannotConnectToHost, userInfo: [NSLocalizedDescriptionKey: "the background session is not connected to hauld"])
+            }
+            let decoded: ResumeData
+            do {
+                decoded = try ResumeData.decode(resumeData)
+            } catch {
+                throw URLError(.cannotDecodeRawData, userInfo: [NSLocalizedDescriptionKey: "cannot resume: \(error)"])
+            }
+            let response: DaemonResponse
+            do {
+                response = try link.call(.createDownload) {
+                    $0.resumeData = resumeData
+                    $0.isDiscretionary = self.configurationCopy.value.isDiscretionary
+                    $0.resourceTimeout = self.configurationSnapshot.timeoutIntervalForResource
+                }
+            } catch {
+                throw URLError(.fileDoesNotExist, userInfo: [NSLocalizedDescriptionKey: "\(error)"])
+            }
+            guard let id = response.taskID,
+                let task = self.remoteTask(id: id, url: decoded.originalURL, isUpload: false) as? TransferSessionDownloadTask
+            else { throw URLError(.badServerResponse) }
+            task.inner.withLock { inner in
+                inner.countOfBytesReceived = decoded.resumePoint.offset
+                inner.countOfBytesExpectedToReceive = decoded.resumePoint.entityLength ?? TransferSessionTransferSizeUnknown
+            }
+            return task
+        } catch {
+            let failure = error as? URLError ?? URLError(.cannotConnectToHost, userInfo: [NSLocalizedDescriptionKey: "hauld: \(error)"])
+            return self.failedDownloadTask(failure, handsOverFile: false, completionHandler: nil)
+        }
+    }
+
     private func unsupportedInBackground(_ what: String) -> URLError {
         URLError(.unsupportedURL, userInfo: [NSLocalizedDescriptionKey: "\(what) are not available in background sessions"])
     }
@@ -572,11 +609,14 @@ public final class TransferSession: Sendable {
         completionHandler: TransferSessionDownloadTask.CompletionHandler?
     ) -> TransferSessionDownloadTask {
         if self.isBackground {
-            return self.failedDownloadTask(
-                self.unsupportedInBackground("downloads from resume data"),
-                handsOverFile: handsOverFile,
-                completionHandler: completionHandler
-            )
+            guard completionHandler == nil, !handsOverFile else {
+                return self.failedDownloadTask(
+                    self.unsupportedInBackground("completion handlers and async downloads"),
+                    handsOverFile: handsOverFile,
+                    completionHandler: completionHandler
+                )
+            }
+            return self.makeBackgroundDownloadTask(resumeData: data)
         }
         let resumeData: ResumeData
         do {

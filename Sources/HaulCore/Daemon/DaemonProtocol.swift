@@ -22,7 +22,8 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         /// `eventsDrained`.
         case attach
         /// Create a download task (`url`, `headers`, `taskDescription`, `isDiscretionary`,
-        /// `resourceTimeout`); answers with `taskID`. The task starts suspended.
+        /// `resourceTimeout`, or `resumeData` to continue a download whose partial file the
+        /// daemon then takes over); answers with `taskID`. The task starts suspended.
         case createDownload
         /// Create an upload task (`url`, `httpMethod`, `filePath`, `headers`, …); answers with
         /// `taskID`. The file is read when the transfer starts; the response body comes with
@@ -54,6 +55,8 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
     public var taskID: Int64?
     public var eventID: Int64?
     public var produceResumeData: Bool?
+    /// With `createDownload`: Haul resume data to continue from instead of `url`.
+    public var resumeData: Data?
     /// With `createUpload`: the file to send and the method (default POST).
     public var filePath: String?
     public var httpMethod: String?

@@ -113,6 +113,14 @@ enum DaemonRequestHandler {
                 )
             case .listTasks:
                 response.tasks = try daemon.snapshots(session: try Self.session(request))
+            case .createDownload where request.resumeData != nil:
+                response.taskID = try daemon.createDownload(
+                    session: try Self.session(request),
+                    resumeData: request.resumeData!,
+                    taskDescription: request.taskDescription,
+                    isDiscretionary: request.isDiscretionary ?? false,
+                    resourceTimeout: request.resourceTimeout ?? 7 * 24 * 3600
+                )
             case .createDownload:
                 guard let url = request.url else { throw DaemonError("createDownload needs 'url'") }
                 response.taskID = try daemon.createDownload(

@@ -29,10 +29,10 @@ final class DaemonProcess: @unchecked Sendable {
     var socketPath: String { self.runtimeDirectory.appendingPathComponent("hauld.sock").path }
 
     /// Starts the daemon and waits until its socket answers.
-    func start() async throws {
+    func start(extraArguments: [String] = []) async throws {
         let process = Process()
         process.executableURL = Self.executable
-        process.arguments = ["--data-dir", self.dataDirectory.path, "--runtime-dir", self.runtimeDirectory.path]
+        process.arguments = ["--data-dir", self.dataDirectory.path, "--runtime-dir", self.runtimeDirectory.path] + extraArguments
         process.standardOutput = FileHandle.nullDevice
         let log = self.dataDirectory.deletingLastPathComponent().appendingPathComponent("hauld.log")
         try? FileManager.default.createDirectory(at: log.deletingLastPathComponent(), withIntermediateDirectories: true)
