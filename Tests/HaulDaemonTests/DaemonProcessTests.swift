@@ -203,6 +203,51 @@ struct DaemonProcessTests {
         try await server.shutdown()
     }
 
+    @Test("A cancelled task is gone for good; cancelling with produceResumeData keeps its bytes")
+    func cancellation() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let client = try DaemonTestClient(socketPath: daemon.socketPath)
+        _ = try await client.request(.make(.attach, session: "cancel"))
+        var events: [DaemonEvent] = []
+        let keep = try await client.request(.make(.createDownload, session: "cancel") {
+            $0.url = server.url("/file/keep.bin?size=2000000&seed=1&stallAfter=500000")
+        })
+        _ = try await client.request(.make(.resume, session: "cancel") { $0.taskID = keep.taskID })
+        #expect(await waitUntil { server.bodyBytesSent(forKey: "keep.bin") == 500_000 })
+        try await Task.sleep(for: .milliseconds(200))
+        let kept = try await client.request(.make(.cancel, session: "cancel") {
+            $0.taskID = keep.taskID
+            $0.produceResumeData = true
+        }) { events.append($0) }
+        let resumeData = try ResumeData.decode(try #require(kept.resumeData))
+        #expect(resumeData.resumePoint.offset == 500_000)
+        #expect(FileManager.default.fileExists(atPath: resumeData.partialFilePath))
+
+        let drop = try await client.request(.make(.createDownload, session: "cancel") {
+            $0.url = server.url("/file/drop.bin?size=100000")
+        })
+        let dropped = try await client.request(.make(.cancel, session: "cancel") { $0.taskID = drop.taskID }) { events.append($0) }
+        #expect(dropped.error == nil)
+        #expect(dropped.resumeData == nil)
+        while events.filter({ $0.kind == .completed }).count < 2, let line = await client.readLine() {
+            if let event = line.event { events.append(event) }
+        }
+        let completions = events.filter { $0.kind == .completed }
+        #expect(completions.map(\.taskID) == [keep.taskID, drop.taskID])
+        #expect(completions.allSatisfy { $0.errorCode == URLError.Code.cancelled.rawValue })
+        #expect(try await client.request(.make(.listTasks, session: "cancel")).tasks?.isEmpty == true)
+        let again = try await client.request(.make(.resume, session: "cancel") { $0.taskID = drop.taskID })
+        #expect(again.error == nil, "resuming a cancelled task does nothing")
+        #expect(try await client.request(.make(.listTasks, session: "cancel")).tasks?.isEmpty == true, "it stays gone")
+        #expect(server.requestCount(forKey: "drop.bin") == 0)
+        client.close()
+        _ = await daemon.terminate()
+        daemon.cleanUp()
+        try await server.shutdown()
+    }
+
     @Test("A second daemon on the same store is refused with a clear error")
     func secondDaemonRefused() async throws {
         let daemon = try DaemonProcess()
