@@ -179,6 +179,12 @@ public final class TransferDaemon: Sendable {
         }
     }
 
+    private static func requireHTTP(_ url: URL) throws {
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+            throw DaemonError("background sessions transfer only http and https URLs, not \(url.absoluteString)")
+        }
+    }
+
     /// Records a new, suspended download task.
     public func createDownload(
         session: String,
@@ -188,9 +194,7 @@ public final class TransferDaemon: Sendable {
         isDiscretionary: Bool,
         resourceTimeout: Double
     ) throws -> Int64 {
-        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
-            throw DaemonError("background sessions transfer only http and https URLs, not \(url.absoluteString)")
-        }
+        try Self.requireHTTP(url)
         let partial = self.paths.partialDirectory.appendingPathComponent("\(UUID().uuidString).part").path
         let task = StoredTask(
             sessionIdentifier: session,
@@ -262,9 +266,7 @@ public final class TransferDaemon: Sendable {
         isDiscretionary: Bool,
         resourceTimeout: Double
     ) throws -> Int64 {
-        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
-            throw DaemonError("background sessions transfer only http and https URLs, not \(url.absoluteString)")
-        }
+        try Self.requireHTTP(url)
         guard FileManager.default.isReadableFile(atPath: filePath) else {
             throw DaemonError("cannot read the upload file \(filePath)")
         }

@@ -115,9 +115,14 @@ struct BackgroundSessionTests {
         try await daemon.start()
         let collector = try DaemonTestClient(socketPath: daemon.socketPath)
         var (_, events) = try await collectBacklog(collector, session: "term")
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(30))
+            collector.close()
+        }
         while !events.contains(where: { $0.kind == .completed }), let line = await collector.readLine() {
             if let event = line.event, event.kind == .finishedDownloading || event.kind == .completed { events.append(event) }
         }
+        watchdog.cancel()
         let held = try #require(events.first { $0.kind == .finishedDownloading }?.heldFilePath)
         #expect(try TestContent.sha256Hex(ofFileAt: held) == TestContent.sha256Hex(size: size, seed: 9))
         #expect(server.bodyBytesSent(forKey: "term.bin") - size < 300_000, "a graceful stop checkpoints the exact offset")
@@ -142,7 +147,7 @@ struct BackgroundSessionTests {
         let file = try makeTemporaryDirectory().appendingPathComponent("upload.bin")
         let bytes = Data(TestContent.bytes(0..<700_000, seed: 23))
         try bytes.write(to: file)
-        let delegate = UploadDelegate()
+        let delegate = CompletionRecorder()
         let session = TransferSession(configuration: .background(withIdentifier: "uploads"), delegate: delegate, delegateQueue: nil)
         var request = URLRequest(url: server.url("/echo"))
         request.httpMethod = "POST"
@@ -176,7 +181,7 @@ struct BackgroundSessionTests {
         let resumeData = try #require(failure?.userInfo[TransferSessionDownloadTaskResumeData] as? Data)
         local.finishTasksAndInvalidate()
 
-        let delegate = HandoverDelegate()
+        let delegate = CompletionRecorder()
         let session = TransferSession(configuration: .background(withIdentifier: "handover"), delegate: delegate, delegateQueue: nil)
         let task = session.downloadTask(withResumeData: resumeData)
         task.resume()
@@ -207,40 +212,17 @@ func makeTemporaryDirectory() throws -> URL {
     return url
 }
 
-final class UploadDelegate: TransferSessionDataDelegate, @unchecked Sendable {
+/// Records what the background-session tests look at: the finished file's digest, resume
+/// offsets, received data and the completion.
+final class CompletionRecorder: TransferSessionDownloadDelegate, TransferSessionDataDelegate, @unchecked Sendable {
     private let lock = NSLock()
     private var data = Data()
-    private var result: (any Error)??
-    private var waiter: CheckedContinuation<(any Error)?, Never>?
-
     var received: Data { self.lock.withLock { self.data } }
 
     func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didReceive data: Data) {
         self.lock.withLock { self.data.append(data) }
     }
 
-    func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {
-        let waiter = self.lock.withLock { () -> CheckedContinuation<(any Error)?, Never>? in
-            self.result = .some(error)
-            return self.waiter
-        }
-        waiter?.resume(returning: error)
-    }
-
-    func completion() async -> (any Error)? {
-        await withCheckedContinuation { continuation in
-            let done: (any Error)?? = self.lock.withLock {
-                if let result = self.result { return .some(result) }
-                self.waiter = continuation
-                return nil
-            }
-            if let done { continuation.resume(returning: done) }
-        }
-    }
-}
-
-final class HandoverDelegate: TransferSessionDownloadDelegate, @unchecked Sendable {
-    private let lock = NSLock()
     private var result: (any Error)??
     private var waiter: CheckedContinuation<(any Error)?, Never>?
     private(set) var digest: String?
@@ -258,11 +240,13 @@ final class HandoverDelegate: TransferSessionDownloadDelegate, @unchecked Sendab
     func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {
         let waiter = self.lock.withLock { () -> CheckedContinuation<(any Error)?, Never>? in
             self.result = .some(error)
+            defer { self.waiter = nil }
             return self.waiter
         }
         waiter?.resume(returning: error)
     }
 
+    /// Waits for the completion; a test that would wait longer than 60 s gets a timeout error.
     func completion() async -> (any Error)? {
         await withCheckedContinuation { continuation in
             let done: (any Error)?? = self.lock.withLock {
@@ -270,7 +254,17 @@ final class HandoverDelegate: TransferSessionDownloadDelegate, @unchecked Sendab
                 self.waiter = continuation
                 return nil
             }
-            if let done { continuation.resume(returning: done) }
+            if let done {
+                continuation.resume(returning: done)
+                return
+            }
+            DispatchQueue.global().asyncAfter(deadline: .now() + 60) {
+                let waiter = self.lock.withLock { () -> CheckedContinuation<(any Error)?, Never>? in
+                    defer { self.waiter = nil }
+                    return self.waiter
+                }
+                waiter?.resume(returning: DaemonTestError("no completion within 60 s"))
+            }
         }
     }
 }

@@ -227,13 +227,18 @@ struct DaemonProcessTests {
 
         let drop = try await client.request(.make(.createDownload, session: "cancel") {
             $0.url = server.url("/file/drop.bin?size=100000")
-        })
+        }) { events.append($0) }
         let dropped = try await client.request(.make(.cancel, session: "cancel") { $0.taskID = drop.taskID }) { events.append($0) }
         #expect(dropped.error == nil)
         #expect(dropped.resumeData == nil)
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(30))
+            client.close()
+        }
         while events.filter({ $0.kind == .completed }).count < 2, let line = await client.readLine() {
             if let event = line.event { events.append(event) }
         }
+        watchdog.cancel()
         let completions = events.filter { $0.kind == .completed }
         #expect(completions.map(\.taskID) == [keep.taskID, drop.taskID])
         #expect(completions.allSatisfy { $0.errorCode == URLError.Code.cancelled.rawValue })

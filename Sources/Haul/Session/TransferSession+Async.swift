@@ -25,22 +25,7 @@ extension TransferSession {
 
     /// Loads `request` and returns the body and the response.
     public func data(for request: URLRequest) async throws -> (Data, URLResponse) {
-        let box = TaskBox<TransferSessionDataTask>()
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                let task = self.makeDataTask(request: request) { data, response, error in
-                    if let error {
-                        continuation.resume(throwing: error)
-                    } else {
-                        continuation.resume(returning: (data ?? Data(), response!))
-                    }
-                }
-                box.set(task)
-                task.resume()
-            }
-        } onCancel: {
-            box.task?.cancel()
-        }
+        try await self.awaitDataTask { self.makeDataTask(request: request, completionHandler: $0) }
     }
 
     /// Loads `url`; see ``data(for:)``.
@@ -58,10 +43,18 @@ extension TransferSession {
 
     /// Sends the file at `fileURL` with `request` and returns the response body and response.
     public func upload(for request: URLRequest, fromFile fileURL: URL) async throws -> (Data, URLResponse) {
-        let box = TaskBox<TransferSessionUploadTask>()
+        try await self.awaitDataTask { self.makeUploadTask(request: request, fileURL: fileURL, completionHandler: $0) }
+    }
+
+    /// Runs the task `makeTask` creates with a completion handler, and returns its result;
+    /// cancelling the calling task cancels it.
+    private func awaitDataTask(
+        _ makeTask: (@escaping TransferSessionDataTask.CompletionHandler) -> TransferSessionDataTask
+    ) async throws -> (Data, URLResponse) {
+        let box = TaskBox<TransferSessionDataTask>()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let task = self.makeUploadTask(request: request, fileURL: fileURL) { data, response, error in
+                let task = makeTask { data, response, error in
                     if let error {
                         continuation.resume(throwing: error)
                     } else {

@@ -58,7 +58,15 @@ final class RecordingDelegate: TransferSessionDownloadDelegate, TransferSessionD
                 self.waiters[task.taskIdentifier] = continuation
                 return nil
             }
-            if let done { continuation.resume(returning: done) }
+            if let done {
+                continuation.resume(returning: done)
+                return
+            }
+            // A test must fail, not hang, when a completion never comes.
+            DispatchQueue.global().asyncAfter(deadline: .now() + 60) {
+                let waiter = self.lock.withLock { self.waiters.removeValue(forKey: task.taskIdentifier) }
+                waiter?.resume(returning: URLError(.unknown, userInfo: [NSLocalizedDescriptionKey: "test: no completion within 60 s"]))
+            }
         }
     }
 
