@@ -113,6 +113,10 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
                 return .fileError
             }
         }
+        guard access(job.directory, W_OK) == 0 else {
+            self.reporter.error("cannot write into \(job.directory): \(String(cString: strerror(errno)))")
+            return .fileError
+        }
         self.reporter.jobStarted(job.displayName)
         var attempt = 1
         while true {
