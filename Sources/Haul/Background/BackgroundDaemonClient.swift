@@ -17,8 +17,7 @@ final class BackgroundDaemonClient: Sendable {
 
     private struct State {
         var nextID = 1
-        var pending: [Int: CheckedContinuation<DaemonResponse, any Error>] = [:]
-        var blockingPending: [Int: @Sendable (Result<DaemonResponse, any Error>) -> Void] = [:]
+        var pending: [Int: @Sendable (Result<DaemonResponse, any Error>) -> Void] = [:]
         var isClosed = false
     }
 
@@ -90,7 +89,7 @@ final class BackgroundDaemonClient: Sendable {
             guard !state.isClosed else { return true }
             request.id = state.nextID
             state.nextID += 1
-            state.blockingPending[request.id] = completion
+            state.pending[request.id] = completion
             return false
         }
         if closed {
@@ -108,7 +107,7 @@ final class BackgroundDaemonClient: Sendable {
 
     private func received(_ line: DaemonServerLine) {
         if let response = line.response {
-            let completion = self.state.withLock { $0.blockingPending.removeValue(forKey: response.id) }
+            let completion = self.state.withLock { $0.pending.removeValue(forKey: response.id) }
             completion?(.success(response))
         } else if let event = line.event {
             self.onEvent.withLock { $0 }?(event)
@@ -118,8 +117,8 @@ final class BackgroundDaemonClient: Sendable {
     private func closed() {
         let waiting = self.state.withLock { state -> [@Sendable (Result<DaemonResponse, any Error>) -> Void] in
             state.isClosed = true
-            defer { state.blockingPending = [:] }
-            return Array(state.blockingPending.values)
+            defer { state.pending = [:] }
+            return Array(state.pending.values)
         }
         for completion in waiting { completion(.failure(Failure(description: "hauld closed the connection"))) }
         self.onClose.withLock { $0 }?()

@@ -17,7 +17,8 @@ import Synchronization
 ///
 /// Delegate methods and completion handlers of one session run one at a time on its
 /// ``delegateQueue``, in the order the events happened. The session holds its delegate strongly
-/// until it is invalidated.
+/// until it is invalidated, and stays alive until then even without references to it: call
+/// ``finishTasksAndInvalidate()`` or ``invalidateAndCancel()`` when done, as with URLSession.
 public final class TransferSession: Sendable {
     /// A session with the default configuration and no delegate, for completion-handler and
     /// async use. It cannot be invalidated.
@@ -53,7 +54,8 @@ public final class TransferSession: Sendable {
     /// - Parameters:
     ///   - configuration: copied; later changes to it do not affect the session.
     ///   - delegate: receives session, task, data and download events; held until invalidation.
-    ///   - delegateQueue: where callbacks run; `nil` creates a serial queue.
+    ///   - delegateQueue: where callbacks run; pass a serial queue (`maxConcurrentOperationCount`
+    ///     1) for the one-at-a-time guarantee. `nil` creates a serial queue.
     public convenience init(
         configuration: TransferSessionConfiguration,
         delegate: (any TransferSessionDelegate)?,
@@ -103,10 +105,16 @@ public final class TransferSession: Sendable {
         case .background:
             self.downloadDirectory = copy.temporaryDirectory
         }
+        // Like URLSession, a session lives until it is invalidated, even with no reference
+        // left to it: its tasks keep running and its delegate keeps being called.
+        Self.liveSessions.withLock { $0[ObjectIdentifier(self)] = self }
         if copy.kind == .background {
             self.connectBackgroundSession(copy.snapshot)
         }
     }
+
+    /// Sessions not invalidated yet, kept alive on purpose (see `init`).
+    private static let liveSessions = Mutex<[ObjectIdentifier: TransferSession]>([:])
 
     private let backgroundLinkStorage = Mutex<BackgroundSessionLink?>(nil)
 
@@ -525,6 +533,7 @@ public final class TransferSession: Sendable {
             box.value?.urlSession(self, didBecomeInvalidWithError: nil)
             box.clear()
         }
+        Self.liveSessions.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(self)) }
         let engine = self.engine
         let ephemeralDirectory = self.configurationSnapshot.kind == .ephemeral ? self.downloadDirectory : nil
         Task {
