@@ -59,7 +59,9 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
         /// Progress not yet delivered to the delegate.
         var pendingBytesWritten: Int64 = 0
         var isProgressDeliveryScheduled = false
-        var lastProgressDelivery = ContinuousClock.now - .seconds(1)
+        /// Starts at the transfer's start: a download that finishes within the first interval
+        /// gets its progress once, flushed right before its completion.
+        var lastProgressDelivery = ContinuousClock.now
         /// Data-task body gate: bytes wait here until the delegate allows the response.
         var dataGate = DataGate.open
         var receivedData = Data()
@@ -194,7 +196,10 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
             resourceTimeout: .seconds(configuration.timeoutIntervalForResource),
             observer: self
         )
-        self.inner.withLock { $0.run = run }
+        self.inner.withLock { inner in
+            inner.run = run
+            inner.lastProgressDelivery = ContinuousClock.now
+        }
         run.start { [self] outcome in
             self.handle(outcome)
         }

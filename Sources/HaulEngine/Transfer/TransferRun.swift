@@ -69,17 +69,20 @@ package final class TransferRun: Sendable {
 
     /// Starts the run. `completion` is called exactly once, from a task of the run's own.
     package func start(completion: @escaping @Sendable (TransferOutcome) -> Void) {
-        let task = Task {
-            let outcome = await self.run()
-            completion(outcome)
-        }
-        self.state.withLock { $0.runningTask = task }
-        if let timeout = self.resourceTimeout {
-            Task { [weak self] in
-                try? await Task.sleep(for: timeout)
+        // The resource timeout is a timer on the event loop, cancelled when the run ends.
+        let timeout = self.resourceTimeout.map { duration -> Scheduled<Void> in
+            let (seconds, attoseconds) = duration.components
+            let nanoseconds = seconds > Int64.max / 1_000_000_000 ? Int64.max : seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+            return self.eventLoop.scheduleTask(in: .nanoseconds(nanoseconds)) { [weak self] in
                 self?.stop(.resourceTimeout)
             }
         }
+        let task = Task {
+            let outcome = await self.run()
+            timeout?.cancel()
+            completion(outcome)
+        }
+        self.state.withLock { $0.runningTask = task }
     }
 
     /// Asks the run to stop. The run ends with `.stopped` (or `.failed(.timedOut)` for a resource
