@@ -163,8 +163,9 @@ struct SessionBehaviourTests {
 
     @Test("timeoutIntervalForResource bounds the whole task")
     func resourceTimeout() async throws {
-        let env = try await TestEnvironment.make { $0.timeoutIntervalForResource = 0.5 }
-        let task = env.session.downloadTask(with: env.server.url("/file/forever?size=10000000&rate=1000000"))
+        let env = try await TestEnvironment.make { $0.timeoutIntervalForResource = 1 }
+        // The server sends 200 kB and then nothing: only the resource timeout can end the task.
+        let task = env.session.downloadTask(with: env.server.url("/file/forever?size=10000000&stallAfter=200000"))
         task.resume()
         let error = try #require(await env.delegate.completion(of: task) as? URLError)
         #expect(error.code == .timedOut)
