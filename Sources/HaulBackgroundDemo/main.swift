@@ -110,6 +110,9 @@ case "collect":
     let session = TransferSession(configuration: configuration, delegate: collector, delegateQueue: nil)
     let semaphore = DispatchSemaphore(value: 0)
     session.getAllTasks { tasks in
+        // A task may have completed between the listing and this callback: its completion has
+        // then already been delivered (same serial queue), so it is not waited for.
+        let tasks = tasks.filter { $0.state != .completed }
         collector.track(tasks)
         for task in tasks { collector.say("running \(task.taskIdentifier) \(task.countOfBytesReceived)") }
         semaphore.signal()
