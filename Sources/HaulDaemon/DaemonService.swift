@@ -10,11 +10,18 @@ import ServiceLifecycle
 public struct DaemonService: Service {
     public let paths: DaemonPaths
     public let configuration: TransferDaemon.Configuration
+    public let queueConfiguration: DownloadQueue.Configuration
     public let logger: Logger
 
-    public init(paths: DaemonPaths, configuration: TransferDaemon.Configuration = .init(), logger: Logger) {
+    public init(
+        paths: DaemonPaths,
+        configuration: TransferDaemon.Configuration = .init(),
+        queueConfiguration: DownloadQueue.Configuration = .init(defaultDirectory: DownloadQueue.defaultDownloadDirectory()),
+        logger: Logger
+    ) {
         self.paths = paths
         self.configuration = configuration
+        self.queueConfiguration = queueConfiguration
         self.logger = logger
     }
 
@@ -24,11 +31,14 @@ public struct DaemonService: Service {
         let store = try TransferStore.open(path: self.paths.storePath)
         let daemon = TransferDaemon(store: store, paths: self.paths, configuration: self.configuration, logger: self.logger)
         try daemon.start()
-        let server = try await DaemonServer.start(path: self.paths.socketPath, daemon: daemon)
+        let queue = try DownloadQueue(store: store, configuration: self.queueConfiguration, logger: self.logger)
+        try queue.start()
+        let server = try await DaemonServer.start(path: self.paths.socketPath, daemon: daemon, queue: queue)
         self.logger.info("hauld \(getpid()) serving \(self.paths.socketPath), store \(self.paths.storePath)")
         try? await gracefulShutdown()
         self.logger.info("shutting down: pausing transfers")
         await server.close()
+        await queue.shutdown()
         await daemon.shutdown()
         unlink(self.paths.socketPath)
         withExtendedLifetime(lock) {}

@@ -75,7 +75,16 @@ public struct TransferStore: Sendable {
                 table.column("launchCommand", .jsonText)
             }
         }
+        Self.registerQueueMigrations(&migrator)
         return migrator
+    }
+
+    func read<T>(_ body: (Database) throws -> T) throws -> T {
+        try self.writer.read(body)
+    }
+
+    func write<T>(_ body: (Database) throws -> T) throws -> T {
+        try self.writer.write(body)
     }
 
     // MARK: - Tasks

@@ -10,9 +10,11 @@ import Synchronization
 /// The connection of a background session to `hauld`: JSON lines over the daemon's Unix
 /// socket. Requests are answered in order; events are handed to `onEvent` on an event-loop
 /// thread, in the order the daemon sent them.
-final class BackgroundDaemonClient: Sendable {
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
+///
+/// `package`: the `haul` command talks to the daemon's queue through it too.
+package final class BackgroundDaemonClient: Sendable {
+    package struct Failure: Error, CustomStringConvertible {
+        package var description: String
     }
 
     private struct State {
@@ -23,8 +25,8 @@ final class BackgroundDaemonClient: Sendable {
 
     private let channel: any Channel
     private let state = Mutex(State())
-    let onEvent: Mutex<(@Sendable (DaemonEvent) -> Void)?> = Mutex(nil)
-    let onClose: Mutex<(@Sendable () -> Void)?> = Mutex(nil)
+    package let onEvent: Mutex<(@Sendable (DaemonEvent) -> Void)?> = Mutex(nil)
+    package let onClose: Mutex<(@Sendable () -> Void)?> = Mutex(nil)
 
     private init(channel: any Channel) {
         self.channel = channel
@@ -32,7 +34,7 @@ final class BackgroundDaemonClient: Sendable {
 
     /// Connects to the daemon of `paths`, starting it when none runs (as launchd starts
     /// `nsurlsessiond`). Blocks for at most a few seconds.
-    static func connect(paths: DaemonPaths) throws -> BackgroundDaemonClient {
+    package static func connect(paths: DaemonPaths) throws -> BackgroundDaemonClient {
         if let client = try? self.connectOnce(paths: paths) { return client }
         try DaemonLauncher.launch(paths: paths)
         var lastError: any Error = Failure(description: "hauld did not start")
@@ -43,7 +45,8 @@ final class BackgroundDaemonClient: Sendable {
         throw Failure(description: "cannot reach hauld at \(paths.socketPath): \(lastError)")
     }
 
-    private static func connectOnce(paths: DaemonPaths) throws -> BackgroundDaemonClient {
+    /// Connects to a running daemon; fails at once when none listens.
+    package static func connectOnce(paths: DaemonPaths) throws -> BackgroundDaemonClient {
         let box = Mutex<BackgroundDaemonClient?>(nil)
         let channel = try ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelInitializer { channel in
@@ -68,7 +71,7 @@ final class BackgroundDaemonClient: Sendable {
     /// promised on return, such as `resume()`.
     ///
     /// - Throws: ``Failure`` when the daemon answered with an error or the connection is gone.
-    func call(_ request: DaemonRequest) throws -> DaemonResponse {
+    package func call(_ request: DaemonRequest) throws -> DaemonResponse {
         let semaphore = DispatchSemaphore(value: 0)
         let result = Mutex<Result<DaemonResponse, any Error>?>(nil)
         self.send(request) { outcome in
@@ -101,7 +104,7 @@ final class BackgroundDaemonClient: Sendable {
         self.channel.writeAndFlush(ByteBuffer(bytes: data), promise: nil)
     }
 
-    func close() {
+    package func close() {
         self.channel.close(promise: nil)
     }
 
@@ -175,7 +178,7 @@ enum DaemonLauncher {
         }
         try FileManager.default.createDirectory(at: paths.dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         if !FileManager.default.fileExists(atPath: paths.logPath) {
-            FileManager.default.createFile(atPath: paths.logPath, contents: nil, attributes: [.posixPermissions: 0o600])
+            _ = FileManager.default.createFile(atPath: paths.logPath, contents: nil, attributes: [.posixPermissions: 0o600])
         }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: paths.logPath))
         log.seekToEndOfFile()

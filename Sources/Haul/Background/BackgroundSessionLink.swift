@@ -102,6 +102,8 @@ final class BackgroundSessionLink: Sendable {
     private func handle(_ event: DaemonEvent) {
         let session = self.session
         switch event.kind {
+        case .downloadChanged, .downloadRemoved, .settingsChanged:
+            return  // download-manager events; a session never subscribes to them
         case .eventsDrained:
             session.enqueueDelegateCall { delegate in delegate?.urlSessionDidFinishEvents(forBackgroundURLSession: session) }
         case .progress:

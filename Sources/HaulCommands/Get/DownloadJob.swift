@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulCore
+import HaulEngine
 
 /// Where one URL of `haul get` is saved, and its checkpoint files:
 /// `NAME.haul-part` (the bytes so far) and `NAME.haul-resume` (Haul resume data naming them).

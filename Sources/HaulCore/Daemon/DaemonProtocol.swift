@@ -41,6 +41,32 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         case listTasks
         /// Liveness check; answers with the daemon's process id.
         case ping
+
+        // The download manager's queue (see docs/daemon.md).
+
+        /// Queue a download (`urls`: primary then mirrors; `directory`, `fileName`, `checksum`,
+        /// `speedLimit`, `priority`, `paused`); answers with `download`.
+        case queueAdd
+        /// Every download not purged; answers with `downloads` and `settings`.
+        case queueList
+        /// One download (`downloadID`); answers with `download`.
+        case queueGet
+        /// Pause `downloadID`, or every download with `all`; answers with `count`.
+        case queuePause
+        /// Resume `downloadID` (paused or failed), or every paused one with `all`.
+        case queueResume
+        /// Stop `downloadID` for good, deleting its partial file; it stays listed as removed.
+        case queueCancel
+        /// Drop `downloadID` from the list (cancelling it first if in progress).
+        case queueRemove
+        /// Drop every finished, failed and removed download; answers with `count`.
+        case queuePurge
+        /// Replace the URL of a waiting, paused or failed `downloadID` with `url`.
+        case queueSetURL
+        /// The global settings; with `settingKey` and `settingValue`, change one first.
+        case queueSettings
+        /// Receive `downloadChanged` / `downloadRemoved` / `settingsChanged` events from now on.
+        case queueSubscribe
     }
 
     public var id: Int
@@ -63,6 +89,18 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
     /// With `attach`: the command the daemon runs when events are pending and no client is
     /// attached (`sessionSendsLaunchEvents`); `nil` to not be launched.
     public var launchCommand: [String]?
+    /// Queue requests.
+    public var urls: [URL]?
+    public var directory: String?
+    public var fileName: String?
+    public var checksum: String?
+    public var speedLimit: Int64?
+    public var priority: Int?
+    public var paused: Bool?
+    public var downloadID: Int64?
+    public var all: Bool?
+    public var settingKey: String?
+    public var settingValue: String?
 
     public init(id: Int, method: Method) {
         self.id = id
@@ -113,6 +151,10 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
     public var tasks: [DaemonTaskSnapshot]?
     public var resumeData: Data?
     public var processID: Int32?
+    public var download: QueuedDownloadInfo?
+    public var downloads: [QueuedDownloadInfo]?
+    public var settings: QueueSettings?
+    public var count: Int?
 
     public init(id: Int, error: String? = nil) {
         self.id = id
@@ -133,6 +175,12 @@ public struct DaemonEvent: Codable, Sendable, Hashable {
         case completed
         /// Every durable event queued before the attach has been sent.
         case eventsDrained
+        /// Queue subscribers: `download` was added or changed.
+        case downloadChanged
+        /// Queue subscribers: `downloadID` left the list.
+        case downloadRemoved
+        /// Queue subscribers: the global `settings` changed.
+        case settingsChanged
     }
 
     public var kind: Kind
@@ -154,6 +202,9 @@ public struct DaemonEvent: Codable, Sendable, Hashable {
     /// For uploads: the response body (at most 1 MiB).
     public var responseBody: Data?
     public var isUpload: Bool?
+    public var download: QueuedDownloadInfo?
+    public var downloadID: Int64?
+    public var settings: QueueSettings?
 
     public init(kind: Kind, taskID: Int64? = nil) {
         self.kind = kind

@@ -1,10 +1,13 @@
 import Foundation
 import HaulCore
 import NIOCore
+import Synchronization
 
 /// One client connection: writes response and event lines to its channel.
 final class DaemonConnection: DaemonClient, Sendable {
     let channel: any Channel
+    /// The connection's queue subscription, if it asked for one.
+    let subscription = Mutex<UInt64?>(nil)
 
     init(channel: any Channel) {
         self.channel = channel
@@ -34,10 +37,12 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
 
     private let daemon: TransferDaemon
+    private let queue: DownloadQueue
     private var connection: DaemonConnection?
 
-    init(daemon: TransferDaemon) {
+    init(daemon: TransferDaemon, queue: DownloadQueue) {
         self.daemon = daemon
+        self.queue = queue
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -46,7 +51,10 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        if let connection = self.connection { self.daemon.detach(client: connection) }
+        if let connection = self.connection {
+            self.daemon.detach(client: connection)
+            if let subscription = connection.subscription.withLock({ $0 }) { self.queue.unsubscribe(subscription) }
+        }
         context.fireChannelInactive()
     }
 
@@ -61,8 +69,9 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
             return
         }
         let daemon = self.daemon
+        let queue = self.queue
         Task {
-            let response = await DaemonRequestHandler.handle(request, daemon: daemon, connection: connection)
+            let response = await DaemonRequestHandler.handle(request, daemon: daemon, queue: queue, connection: connection)
             connection.respond(response)
             if request.method == .attach, response.error == nil, let session = request.session {
                 daemon.sendBacklog(session: session)
@@ -96,10 +105,13 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
 
 /// Runs one request against the daemon.
 enum DaemonRequestHandler {
-    static func handle(_ request: DaemonRequest, daemon: TransferDaemon, connection: DaemonConnection) async -> DaemonResponse {
+    static func handle(_ request: DaemonRequest, daemon: TransferDaemon, queue: DownloadQueue, connection: DaemonConnection) async -> DaemonResponse {
         var response = DaemonResponse(id: request.id)
         do {
             switch request.method {
+            case .queueAdd, .queueList, .queueGet, .queuePause, .queueResume, .queueCancel, .queueRemove, .queuePurge,
+                .queueSetURL, .queueSettings, .queueSubscribe:
+                try await QueueRequestHandler.handle(request, queue: queue, connection: connection, into: &response)
             case .ping:
                 response.processID = getpid()
             case .attach:

@@ -16,13 +16,34 @@ package final class HostConnectionLimiter: Sendable {
     private struct State {
         var hosts: [String: HostState] = [:]
         var nextID: UInt64 = 0
+        var limit: Int
     }
 
-    private let state = Mutex(State())
-    package let limit: Int
+    private let state: Mutex<State>
 
     package init(limit: Int) {
-        self.limit = max(1, limit)
+        self.state = Mutex(State(limit: max(1, limit)))
+    }
+
+    /// Exchanges allowed at once per host. Raising it lets waiters in at once; lowering it
+    /// lets running exchanges finish and holds new ones back until below the limit.
+    package var limit: Int {
+        get { self.state.withLock { $0.limit } }
+        set {
+            let admitted = self.state.withLock { state -> [Waiter] in
+                state.limit = max(1, newValue)
+                var admitted: [Waiter] = []
+                for (host, var entry) in state.hosts {
+                    while entry.inUse < state.limit, !entry.waiters.isEmpty {
+                        admitted.append(entry.waiters.removeFirst())
+                        entry.inUse += 1
+                    }
+                    state.hosts[host] = entry
+                }
+                return admitted
+            }
+            for waiter in admitted { waiter.continuation.resume() }
+        }
     }
 
     /// Waits for a free slot for `host`.
@@ -38,7 +59,7 @@ package final class HostConnectionLimiter: Sendable {
                 let outcome: Result<Bool, any Error> = self.state.withLock { state in
                     if Task.isCancelled { return .failure(CancellationError()) }
                     var entry = state.hosts[host, default: HostState()]
-                    if entry.inUse < self.limit {
+                    if entry.inUse < state.limit {
                         entry.inUse += 1
                         state.hosts[host] = entry
                         return .success(true)
@@ -70,7 +91,7 @@ package final class HostConnectionLimiter: Sendable {
     package func release(host: String) {
         let next = self.state.withLock { state -> Waiter? in
             guard var entry = state.hosts[host] else { return nil }
-            if entry.waiters.isEmpty {
+            if entry.waiters.isEmpty || entry.inUse > state.limit {
                 entry.inUse -= 1
                 state.hosts[host] = entry.inUse == 0 ? nil : entry
                 return nil

@@ -126,6 +126,13 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                 return (state.machine.bytesOnDisk, state.machine.expectedTotal)
             }
             self.run.observer.transferRun(self.run, didWrite: count, totalOnDisk: total, expectedTotal: expected)
+            if !self.run.bandwidthLimiters.isEmpty {
+                let pause = self.run.bandwidthLimiters.map { $0.take(count) }.max() ?? .zero
+                if pause > .zero {
+                    // Not reading for a while is what slows the sender down (TCP back-pressure).
+                    return task.eventLoop.scheduleTask(in: pause) {}.futureResult
+                }
+            }
         case .toObserver:
             self.run.observer.transferRun(self.run, didReceive: buffer)
         case .redirect(let response, var body):

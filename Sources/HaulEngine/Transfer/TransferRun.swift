@@ -47,6 +47,9 @@ package final class TransferRun: Sendable {
     let destination: Destination
     let resourceTimeout: Duration?
     let observer: any TransferRunObserver
+    /// Speed limits this run honours (its own, the queue's); reading pauses for the longest
+    /// wait any of them asks for.
+    let bandwidthLimiters: [BandwidthLimiter]
     let state: Mutex<State>
     /// The engine's event loop: every exchange, its connection and its delegate live on it.
     package var eventLoop: any EventLoop { self.engine.eventLoop }
@@ -56,8 +59,10 @@ package final class TransferRun: Sendable {
         request: TransferRequest,
         destination: Destination,
         resourceTimeout: Duration?,
+        bandwidthLimiters: [BandwidthLimiter] = [],
         observer: any TransferRunObserver
     ) {
+        self.bandwidthLimiters = bandwidthLimiters
         self.engine = engine
         self.initialRequest = request
         self.destination = destination
@@ -266,7 +271,7 @@ package final class TransferRun: Sendable {
         }
     }
 
-    static func hostKey(_ url: URL) -> String {
+    package static func hostKey(_ url: URL) -> String {
         "\(url.scheme ?? "http")://\(url.host ?? ""):\(url.port ?? (url.scheme == "https" ? 443 : 80))"
     }
 }

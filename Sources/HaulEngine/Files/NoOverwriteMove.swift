@@ -7,17 +7,17 @@ import Foundation
 import HaulCore
 
 /// Moves files into place without ever replacing an existing file.
-enum NoOverwriteMove {
-    enum Failure: Error, CustomStringConvertible {
+package enum NoOverwriteMove {
+    package enum Failure: Error, CustomStringConvertible {
         case exists(String)
         case system(String, Int32)
 
-        var isExists: Bool {
+        package var isExists: Bool {
             if case .exists = self { return true }
             return false
         }
 
-        var description: String {
+        package var description: String {
             switch self {
             case .exists(let path): "\(path) already exists"
             case .system(let what, let number): "\(what): \(String(cString: strerror(number)))"
@@ -27,7 +27,7 @@ enum NoOverwriteMove {
 
     /// Atomically links `source` at `destination` and removes `source`; fails with `.exists`
     /// instead of replacing a file that is already there.
-    static func move(_ source: String, to destination: String) throws {
+    package static func move(_ source: String, to destination: String) throws {
         if link(source, destination) == 0 {
             unlink(source)
             return
@@ -45,7 +45,7 @@ enum NoOverwriteMove {
 
     /// Moves `source` into `directory` under `name`, or under `name (1)`, `name (2)`, … when
     /// taken. Returns the path used.
-    static func moveChoosingFreeName(_ source: String, directory: String, name: String) throws -> String {
+    package static func moveChoosingFreeName(_ source: String, directory: String, name: String) throws -> String {
         var index = 0
         while true {
             let candidate = index == 0 ? name : FileNaming.numberedAlternative(to: name, index: index)

@@ -1,0 +1,68 @@
+import Foundation
+
+/// A download of the queue as clients see it: `haul ls --json`, the RPC and the web UI.
+public struct QueuedDownloadInfo: Codable, Sendable, Hashable {
+    public var id: Int64
+    /// The primary URL first, then mirrors.
+    public var urls: [URL]
+    public var directory: String
+    /// The file name: chosen by the user, else from the server once known.
+    public var fileName: String?
+    /// Where the file is (final path once complete; the partial file's path before).
+    public var path: String?
+    public var state: QueuedDownloadState
+    public var bytesDone: Int64
+    public var totalBytes: Int64?
+    /// Bytes per second over the last few seconds (active downloads only).
+    public var speed: Double?
+    /// Seconds to completion at the current speed.
+    public var secondsRemaining: Double?
+    public var errorMessage: String?
+    public var checksum: String?
+    public var priority: Int
+    /// Bytes per second; 0 or `nil` is unlimited.
+    public var speedLimit: Int64?
+    public var createdAt: Date
+    public var startedAt: Date?
+    public var finishedAt: Date?
+
+    public init(
+        id: Int64,
+        urls: [URL],
+        directory: String,
+        fileName: String?,
+        path: String?,
+        state: QueuedDownloadState,
+        bytesDone: Int64,
+        totalBytes: Int64?,
+        errorMessage: String?,
+        checksum: String?,
+        priority: Int,
+        speedLimit: Int64?,
+        createdAt: Date,
+        startedAt: Date?,
+        finishedAt: Date?
+    ) {
+        self.id = id
+        self.urls = urls
+        self.directory = directory
+        self.fileName = fileName
+        self.path = path
+        self.state = state
+        self.bytesDone = bytesDone
+        self.totalBytes = totalBytes
+        self.errorMessage = errorMessage
+        self.checksum = checksum
+        self.priority = priority
+        self.speedLimit = speedLimit
+        self.createdAt = createdAt
+        self.startedAt = startedAt
+        self.finishedAt = finishedAt
+    }
+
+    /// Fraction done in 0...1, when the total is known.
+    public var fraction: Double? {
+        guard let total = self.totalBytes, total > 0 else { return nil }
+        return min(1, Double(self.bytesDone) / Double(total))
+    }
+}

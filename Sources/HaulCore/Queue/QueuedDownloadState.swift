@@ -1,0 +1,38 @@
+/// Where a download of the queue is in its life.
+///
+/// ```
+///  add ──▶ waiting ──▶ active ──▶ complete
+///            ▲  │        │  └───▶ error ──(resume)──▶ waiting
+///            │  ▼        ▼
+///            └─ paused ◀─┘          any ──(cancel / rm)──▶ removed
+/// ```
+/// `complete`, `error` and `removed` are history: they stay listed (across restarts) until purged.
+public enum QueuedDownloadState: String, Codable, Sendable, Hashable, CaseIterable {
+    /// Queued; starts when a slot is free (or after a retry delay).
+    case waiting
+    /// Transferring now.
+    case active
+    /// Stopped by the user, bytes kept.
+    case paused
+    /// Finished and verified; the file is at its final path.
+    case complete
+    /// Gave up (after retries) or failed verification; `errorMessage` says why. Bytes kept
+    /// where they can still be used.
+    case error
+    /// Cancelled by the user; partial bytes deleted.
+    case removed
+
+    /// Whether the download belongs in the "Downloading" view (else "Finished").
+    public var isInProgress: Bool {
+        switch self {
+        case .waiting, .active, .paused: true
+        case .complete, .error, .removed: false
+        }
+    }
+
+    /// Whether `resume` can move it back to `waiting`.
+    public var canResume: Bool { self == .paused || self == .error }
+
+    /// Whether `pause` applies.
+    public var canPause: Bool { self == .waiting || self == .active }
+}

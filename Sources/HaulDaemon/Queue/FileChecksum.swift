@@ -1,0 +1,29 @@
+import Crypto
+import Foundation
+import HaulCore
+
+/// Computes a file's digest for ``ChecksumSpec`` verification, reading 1 MiB at a time.
+enum FileChecksum {
+    static func hexDigest(ofFileAt path: String, algorithm: ChecksumSpec.Algorithm) throws -> String {
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw DaemonError("cannot read \(path) to verify its checksum")
+        }
+        defer { try? handle.close() }
+        switch algorithm {
+        case .sha256: return try Self.digest(handle, hasher: SHA256())
+        case .sha1: return try Self.digest(handle, hasher: Insecure.SHA1())
+        case .md5: return try Self.digest(handle, hasher: Insecure.MD5())
+        }
+    }
+
+    private static func digest<H: HashFunction>(_ handle: FileHandle, hasher: H) throws -> String {
+        var hasher = hasher
+        while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty {
+            hasher.update(data: chunk)
+        }
+        return hasher.finalize().map { byte in
+            let hex = String(byte, radix: 16)
+            return byte < 16 ? "0" + hex : hex
+        }.joined()
+    }
+}

@@ -1,0 +1,98 @@
+import Foundation
+import GRDB
+import HaulCore
+
+/// One download of the download manager's queue, as the store records it. Its `id` is the id
+/// users see (`haul show 7`).
+public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, MutablePersistableRecord {
+    public static let databaseTableName = "queuedDownload"
+
+    public var id: Int64?
+    /// The primary URL first, then mirrors (JSON).
+    public var urls: [URL]
+    /// Which of `urls` the next attempt uses.
+    public var urlIndex: Int = 0
+    /// The URL that last answered (after redirects).
+    public var currentURL: URL?
+    public var directory: String
+    /// Chosen by the user (`--out`); else `nil` until the server's answer names it.
+    public var requestedName: String?
+    /// The name the file will get (or got): `requestedName`, else from the response.
+    public var fileName: String?
+    /// Where the bytes live until the download is complete and verified.
+    public var partialPath: String?
+    /// Where the verified file was placed.
+    public var finalPath: String?
+    public var state: QueuedDownloadState
+    /// Bytes of the entity known to be on disk at the last checkpoint.
+    public var bytesDone: Int64 = 0
+    public var totalBytes: Int64?
+    public var entityTag: String?
+    public var lastModified: String?
+    public var errorMessage: String?
+    /// `sha256=…`, `sha1=…` or `md5=…`.
+    public var checksum: String?
+    public var priority: Int = 0
+    /// Bytes per second; 0 is unlimited.
+    public var speedLimit: Int64 = 0
+    public var failedAttempts: Int = 0
+    public var notBefore: Date?
+    public var createdAt: Date
+    public var startedAt: Date?
+    public var finishedAt: Date?
+
+    public enum Columns {
+        public static let id = Column(CodingKeys.id)
+        public static let state = Column(CodingKeys.state)
+    }
+
+    public init(urls: [URL], directory: String, requestedName: String?, checksum: String?, priority: Int, speedLimit: Int64, createdAt: Date = Date()) {
+        self.urls = urls
+        self.directory = directory
+        self.requestedName = requestedName
+        self.fileName = requestedName
+        self.state = .waiting
+        self.checksum = checksum
+        self.priority = priority
+        self.speedLimit = speedLimit
+        self.createdAt = createdAt
+    }
+
+    public mutating func didInsert(_ inserted: InsertionSuccess) {
+        self.id = inserted.rowID
+    }
+
+    /// The URL the next attempt requests.
+    public var url: URL { self.urls[min(max(0, self.urlIndex), self.urls.count - 1)] }
+
+    /// Where the transfer can continue from, if anything useful is on disk.
+    public var resumePoint: ResumePoint? {
+        guard self.bytesDone > 0 else { return nil }
+        let validators = EntityValidators(entityTag: self.entityTag, lastModified: self.lastModified)
+        guard validators.ifRangeValue != nil else { return nil }
+        return ResumePoint(offset: self.bytesDone, validators: validators, entityLength: self.totalBytes)
+    }
+
+    /// The client's view of this download.
+    public var info: QueuedDownloadInfo {
+        QueuedDownloadInfo(
+            id: self.id ?? 0,
+            urls: self.urls,
+            directory: self.directory,
+            fileName: self.fileName,
+            path: self.state == .complete ? self.finalPath : self.partialPath,
+            state: self.state,
+            bytesDone: self.bytesDone,
+            totalBytes: self.totalBytes,
+            errorMessage: self.errorMessage,
+            checksum: self.checksum,
+            priority: self.priority,
+            speedLimit: self.speedLimit == 0 ? nil : self.speedLimit,
+            createdAt: self.createdAt,
+            startedAt: self.startedAt,
+            finishedAt: self.finishedAt
+        )
+    }
+}
+
+extension QueuedDownloadState: DatabaseValueConvertible {}

@@ -1,0 +1,123 @@
+import Foundation
+import GRDB
+import HaulCore
+
+/// The download manager's part of the store: queued downloads (kept as history until purged)
+/// and the global settings.
+extension TransferStore {
+    static func registerQueueMigrations(_ migrator: inout DatabaseMigrator) {
+        migrator.registerMigration("v2: download queue and settings") { db in
+            try db.create(table: StoredDownload.databaseTableName) { table in
+                table.autoIncrementedPrimaryKey("id")
+                table.column("urls", .jsonText).notNull()
+                table.column("urlIndex", .integer).notNull()
+                table.column("currentURL", .text)
+                table.column("directory", .text).notNull()
+                table.column("requestedName", .text)
+                table.column("fileName", .text)
+                table.column("partialPath", .text)
+                table.column("finalPath", .text)
+                table.column("state", .text).notNull().indexed()
+                table.column("bytesDone", .integer).notNull()
+                table.column("totalBytes", .integer)
+                table.column("entityTag", .text)
+                table.column("lastModified", .text)
+                table.column("errorMessage", .text)
+                table.column("checksum", .text)
+                table.column("priority", .integer).notNull()
+                table.column("speedLimit", .integer).notNull()
+                table.column("failedAttempts", .integer).notNull()
+                table.column("notBefore", .datetime)
+                table.column("createdAt", .datetime).notNull()
+                table.column("startedAt", .datetime)
+                table.column("finishedAt", .datetime)
+            }
+            try db.create(table: "queueSettings") { table in
+                table.primaryKey("id", .integer)
+                table.column("json", .text).notNull()
+            }
+        }
+    }
+
+    // MARK: - Downloads
+
+    /// Records a new download and returns it with its id.
+    public func insert(_ download: StoredDownload) throws -> StoredDownload {
+        try self.write { db in
+            var download = download
+            try download.insert(db)
+            return download
+        }
+    }
+
+    public func download(id: Int64) throws -> StoredDownload? {
+        try self.read { db in try StoredDownload.fetchOne(db, key: id) }
+    }
+
+    /// Every download not purged, oldest first.
+    public func allDownloads() throws -> [StoredDownload] {
+        try self.read { db in
+            try StoredDownload.filter(StoredDownload.Columns.state != QueuedDownloadState.removed.rawValue)
+                .order(StoredDownload.Columns.id).fetchAll(db)
+        }
+    }
+
+    public func downloads(in state: QueuedDownloadState) throws -> [StoredDownload] {
+        try self.read { db in
+            try StoredDownload.filter(StoredDownload.Columns.state == state.rawValue).order(StoredDownload.Columns.id).fetchAll(db)
+        }
+    }
+
+    /// Saves every column of `download`.
+    public func update(_ download: StoredDownload) throws {
+        try self.write { db in try download.update(db) }
+    }
+
+    /// Changes a download under the write lock: `change` sees the stored row, not a stale copy.
+    /// Returns the saved row, or `nil` when there is no such download.
+    @discardableResult
+    public func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        try self.write { db in
+            guard var download = try StoredDownload.fetchOne(db, key: id) else { return nil }
+            try change(&download)
+            try download.update(db)
+            return download
+        }
+    }
+
+    /// After a restart: downloads that were active go back to waiting (they resume).
+    public func reviveInterruptedDownloads() throws {
+        try self.write { db in
+            try db.execute(sql: "UPDATE queuedDownload SET state = 'waiting', notBefore = NULL WHERE state = 'active'")
+        }
+    }
+
+    /// Deletes finished, failed and removed downloads from the history; returns how many.
+    public func purgeFinishedDownloads() throws -> Int {
+        try self.write { db in
+            try db.execute(sql: "DELETE FROM queuedDownload WHERE state IN ('complete', 'error', 'removed')")
+            return db.changesCount
+        }
+    }
+
+    public func deleteDownload(id: Int64) throws {
+        try self.write { db in _ = try StoredDownload.deleteOne(db, key: id) }
+    }
+
+    // MARK: - Settings
+
+    /// The saved settings, or `nil` before the first change.
+    public func queueSettings() throws -> QueueSettings? {
+        try self.read { db in
+            guard let json = try String.fetchOne(db, sql: "SELECT json FROM queueSettings WHERE id = 1") else { return nil }
+            return try JSONDecoder().decode(QueueSettings.self, from: Data(json.utf8))
+        }
+    }
+
+    public func save(_ settings: QueueSettings) throws {
+        let json = String(decoding: try JSONEncoder().encode(settings), as: UTF8.self)
+        try self.write { db in
+            try db.execute(sql: "INSERT OR REPLACE INTO queueSettings (id, json) VALUES (1, ?)", arguments: [json])
+        }
+    }
+}
