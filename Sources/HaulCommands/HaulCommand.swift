@@ -7,7 +7,13 @@ public struct HaulCommand: AsyncParsableCommand {
         commandName: "haul",
         abstract: "Resumable, verified HTTP downloads, URLSession-style, for Linux.",
         version: "0.1.0",
-        subcommands: [GetCommand.self, DaemonCommand.self]
+        subcommands: [
+            GetCommand.self,
+            AddCommand.self, ListCommand.self, ShowCommand.self, PauseCommand.self, ResumeCommand.self,
+            CancelCommand.self, RemoveCommand.self, PurgeCommand.self, WaitCommand.self, WatchCommand.self,
+            SetCommand.self, SetURLCommand.self,
+            DaemonCommand.self,
+        ]
     )
 
     public init() {}

@@ -1,0 +1,109 @@
+import Foundation
+import HaulCore
+
+/// Renders queue listings for people: two sections like the seeds' two tabs.
+enum QueueFormatting {
+    static func table(_ downloads: [QueuedDownloadInfo], width: Int = 100) -> String {
+        let inProgress = downloads.filter(\.state.isInProgress)
+        let finished = downloads.filter { !$0.state.isInProgress }
+        var lines: [String] = []
+        lines.append("Downloading (\(inProgress.count))")
+        if inProgress.isEmpty {
+            lines.append("  (nothing)")
+        } else {
+            lines.append(self.row(["ID", "STATE", "DONE", "SIZE", "SPEED", "ETA", "NAME"]))
+            for download in inProgress { lines.append(self.row(self.progressColumns(download))) }
+        }
+        lines.append("")
+        lines.append("Finished (\(finished.count))")
+        if finished.isEmpty {
+            lines.append("  (nothing)")
+        } else {
+            lines.append(self.row(["ID", "STATE", "SIZE", "FINISHED", "NAME / REASON"], widths: self.finishedWidths))
+            for download in finished {
+                let detail = download.state == .complete ? (download.path ?? download.fileName ?? "") : "\(download.fileName ?? "")  \(download.errorMessage ?? "")"
+                lines.append(self.row([
+                    "\(download.id)", download.state.rawValue, ByteCountFormatting.bytes(download.totalBytes ?? download.bytesDone),
+                    download.finishedAt.map(self.time) ?? "-", detail,
+                ], widths: self.finishedWidths))
+            }
+        }
+        return lines.map { $0.count > width ? String($0.prefix(width - 1)) + "…" : $0 }.joined(separator: "\n")
+    }
+
+    static func progressColumns(_ download: QueuedDownloadInfo) -> [String] {
+        let percent = download.fraction.map { "\(Int($0 * 100))%" } ?? "-"
+        let speed = download.state == .active ? download.speed.map { ByteCountFormatting.rate(bytesPerSecond: $0) } ?? "-" : "-"
+        let eta = download.state == .active ? download.secondsRemaining.map { ByteCountFormatting.duration(seconds: $0) } ?? "-" : "-"
+        var name = download.fileName ?? download.urls.first?.absoluteString ?? ""
+        if let message = download.errorMessage { name += "  (\(message))" }
+        return [
+            "\(download.id)", download.state.rawValue, percent,
+            "\(ByteCountFormatting.bytes(download.bytesDone))/\(download.totalBytes.map(ByteCountFormatting.bytes) ?? "?")",
+            speed, eta, name,
+        ]
+    }
+
+    private static let progressWidths = [6, 9, 6, 22, 14, 9]
+    private static let finishedWidths = [6, 9, 12, 21]
+
+    static func row(_ columns: [String], widths: [Int] = progressWidths) -> String {
+        var line = "  "
+        for (index, column) in columns.enumerated() {
+            if index < widths.count {
+                line += column + String(repeating: " ", count: max(1, widths[index] - column.count))
+            } else {
+                line += column
+            }
+        }
+        return line
+    }
+
+    static func details(_ download: QueuedDownloadInfo) -> String {
+        var lines: [(String, String)] = [
+            ("id", "\(download.id)"),
+            ("state", download.state.rawValue),
+            ("url", download.urls.first?.absoluteString ?? ""),
+        ]
+        for mirror in download.urls.dropFirst() { lines.append(("mirror", mirror.absoluteString)) }
+        lines.append(("directory", download.directory))
+        lines.append(("name", download.fileName ?? "-"))
+        if let path = download.path { lines.append((download.state == .complete ? "file" : "partial file", path)) }
+        let total = download.totalBytes.map(ByteCountFormatting.bytes) ?? "unknown"
+        lines.append(("progress", "\(ByteCountFormatting.bytes(download.bytesDone)) of \(total)" + (download.fraction.map { " (\(Int($0 * 100))%)" } ?? "")))
+        if let speed = download.speed { lines.append(("speed", ByteCountFormatting.rate(bytesPerSecond: speed))) }
+        if let eta = download.secondsRemaining { lines.append(("eta", ByteCountFormatting.duration(seconds: eta))) }
+        if let checksum = download.checksum { lines.append(("checksum", checksum)) }
+        if let limit = download.speedLimit { lines.append(("speed limit", ByteCountFormatting.rate(bytesPerSecond: Double(limit)))) }
+        lines.append(("priority", "\(download.priority)"))
+        lines.append(("added", self.time(download.createdAt)))
+        if let started = download.startedAt { lines.append(("started", self.time(started))) }
+        if let finished = download.finishedAt { lines.append(("finished", self.time(finished))) }
+        if let error = download.errorMessage { lines.append(("error", error)) }
+        return lines.map { "\($0.0):" + String(repeating: " ", count: max(1, 14 - $0.0.count)) + $0.1 }.joined(separator: "\n")
+    }
+
+    static func settings(_ settings: QueueSettings) -> String {
+        let limit = settings.globalSpeedLimit == 0 ? "unlimited" : ByteCountFormatting.rate(bytesPerSecond: Double(settings.globalSpeedLimit))
+        return """
+            max-concurrent  \(settings.maximumConcurrentDownloads)
+            max-per-host    \(settings.maximumConnectionsPerHost)
+            speed-limit     \(limit)
+            dir             \(settings.defaultDirectory)
+            """
+    }
+
+    static func time(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
+        return formatter.string(from: date)
+    }
+
+    static func json<T: Encodable>(_ value: T) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        return String(decoding: (try? encoder.encode(value)) ?? Data(), as: UTF8.self)
+    }
+}
