@@ -11,17 +11,24 @@ public struct DaemonService: Service {
     public let paths: DaemonPaths
     public let configuration: TransferDaemon.Configuration
     public let queueConfiguration: DownloadQueue.Configuration
+    /// The web UI's port on 127.0.0.1 (0: any free port); `nil` serves no web UI.
+    public let webPort: Int?
     public let logger: Logger
+
+    /// The web UI's default port.
+    public static let defaultWebPort = 6809
 
     public init(
         paths: DaemonPaths,
         configuration: TransferDaemon.Configuration = .init(),
         queueConfiguration: DownloadQueue.Configuration = .init(defaultDirectory: DownloadQueue.defaultDownloadDirectory()),
+        webPort: Int? = DaemonService.defaultWebPort,
         logger: Logger
     ) {
         self.paths = paths
         self.configuration = configuration
         self.queueConfiguration = queueConfiguration
+        self.webPort = webPort
         self.logger = logger
     }
 
@@ -33,13 +40,26 @@ public struct DaemonService: Service {
         try daemon.start()
         let queue = try DownloadQueue(store: store, configuration: self.queueConfiguration, logger: self.logger)
         try queue.start()
-        let server = try await DaemonServer.start(path: self.paths.socketPath, daemon: daemon, queue: queue)
+        var web: WebUIServer?
+        if let webPort = self.webPort {
+            let token = try WebToken.loadOrCreate(path: self.paths.dataDirectory.appendingPathComponent("web-token").path)
+            web = WebUIServer(queue: queue, token: token, port: webPort, logger: self.logger)
+        }
+        let server = try await DaemonServer.start(path: self.paths.socketPath, daemon: daemon, queue: queue, web: web)
         self.logger.info("hauld \(getpid()) serving \(self.paths.socketPath), store \(self.paths.storePath)")
-        try? await gracefulShutdown()
-        self.logger.info("shutting down: pausing transfers")
-        await server.close()
-        await queue.shutdown()
-        await daemon.shutdown()
+        await withDiscardingTaskGroup { group in
+            if let web {
+                group.addTask {
+                    // A web UI that cannot bind (port taken) is reported; transfers go on.
+                    do { try await web.run() } catch { self.logger.error("web UI not available: \(error)") }
+                }
+            }
+            try? await gracefulShutdown()
+            self.logger.info("shutting down: pausing transfers")
+            await server.close()
+            await queue.shutdown()
+            await daemon.shutdown()
+        }
         unlink(self.paths.socketPath)
         withExtendedLifetime(lock) {}
     }

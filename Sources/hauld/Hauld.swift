@@ -28,6 +28,12 @@ struct Hauld: AsyncParsableCommand {
     @Option(help: "Transfers running at once.")
     var maximumTransfers: Int = 4
 
+    @Option(help: "Port of the web UI on 127.0.0.1 (0: any free port).")
+    var webPort: Int = DaemonService.defaultWebPort
+
+    @Flag(help: "Serve no web UI.")
+    var noWeb = false
+
     @Flag(help: "Log every task start.")
     var verbose = false
 
@@ -39,7 +45,7 @@ struct Hauld: AsyncParsableCommand {
         logger.logLevel = self.verbose ? .debug : .info
         var configuration = TransferDaemon.Configuration()
         configuration.maximumConcurrentTransfers = max(1, self.maximumTransfers)
-        let service = DaemonService(paths: paths, configuration: configuration, logger: logger)
+        let service = DaemonService(paths: paths, configuration: configuration, webPort: self.noWeb ? nil : self.webPort, logger: logger)
         let group = ServiceGroup(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         do {
             try await group.run()

@@ -67,6 +67,8 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         case queueSettings
         /// Receive `downloadChanged` / `downloadRemoved` / `settingsChanged` events from now on.
         case queueSubscribe
+        /// The web UI's address with its token (`webURL`).
+        case webUI
     }
 
     public var id: Int
@@ -155,6 +157,7 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
     public var downloads: [QueuedDownloadInfo]?
     public var settings: QueueSettings?
     public var count: Int?
+    public var webURL: String?
 
     public init(id: Int, error: String? = nil) {
         self.id = id

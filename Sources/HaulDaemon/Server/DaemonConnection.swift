@@ -38,11 +38,13 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
 
     private let daemon: TransferDaemon
     private let queue: DownloadQueue
+    private let web: WebUIServer?
     private var connection: DaemonConnection?
 
-    init(daemon: TransferDaemon, queue: DownloadQueue) {
+    init(daemon: TransferDaemon, queue: DownloadQueue, web: WebUIServer?) {
         self.daemon = daemon
         self.queue = queue
+        self.web = web
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -70,8 +72,16 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
         }
         let daemon = self.daemon
         let queue = self.queue
+        let web = self.web
         Task {
-            let response = await DaemonRequestHandler.handle(request, daemon: daemon, queue: queue, connection: connection)
+            var response = await DaemonRequestHandler.handle(request, daemon: daemon, queue: queue, connection: connection)
+            if request.method == .webUI, response.error == nil {
+                if let address = web?.address {
+                    response.webURL = address
+                } else {
+                    response.error = web == nil ? "this hauld serves no web UI (started with --no-web)" : "the web UI is not listening (see hauld.log)"
+                }
+            }
             connection.respond(response)
             if request.method == .attach, response.error == nil, let session = request.session {
                 daemon.sendBacklog(session: session)
@@ -112,7 +122,7 @@ enum DaemonRequestHandler {
             case .queueAdd, .queueList, .queueGet, .queuePause, .queueResume, .queueCancel, .queueRemove, .queuePurge,
                 .queueSetURL, .queueSettings, .queueSubscribe:
                 try await QueueRequestHandler.handle(request, queue: queue, connection: connection, into: &response)
-            case .ping:
+            case .ping, .webUI:
                 response.processID = getpid()
             case .attach:
                 if let version = request.protocolVersion, version != DaemonProtocol.version {

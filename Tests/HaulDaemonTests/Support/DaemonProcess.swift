@@ -32,7 +32,7 @@ final class DaemonProcess: @unchecked Sendable {
     func start(extraArguments: [String] = []) async throws {
         let process = Process()
         process.executableURL = Self.executable
-        process.arguments = ["--data-dir", self.dataDirectory.path, "--runtime-dir", self.runtimeDirectory.path] + extraArguments
+        process.arguments = ["--data-dir", self.dataDirectory.path, "--runtime-dir", self.runtimeDirectory.path, "--web-port", "0"] + extraArguments
         process.standardOutput = FileHandle.nullDevice
         let log = self.dataDirectory.deletingLastPathComponent().appendingPathComponent("hauld.log")
         try? FileManager.default.createDirectory(at: log.deletingLastPathComponent(), withIntermediateDirectories: true)

@@ -1,0 +1,219 @@
+import Foundation
+import HaulCore
+import HTTPTypes
+import Hummingbird
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// The daemon's web UI: the page, a JSON API over the ``DownloadQueue`` and a server-sent
+/// event stream that pushes every change (no polling). Binds 127.0.0.1 only.
+///
+/// API (all under the token, see ``WebGuardMiddleware``):
+/// - `GET /api/downloads` → `{downloads, settings}`
+/// - `POST /api/downloads` `{urls, directory?, fileName?, checksum?, speedLimit?}` → `{downloads}`
+/// - `POST /api/downloads/ID/pause|resume|cancel`, `DELETE /api/downloads/ID`
+/// - `POST /api/pause-all`, `/api/resume-all`, `/api/purge`
+/// - `GET /api/events` → `text/event-stream`: `snapshot` first, then `download`, `removed`,
+///   `settings` events as they happen, and a comment every 15 s to keep proxies from closing it.
+public final class WebUIServer: Sendable {
+    struct AddBody: Decodable {
+        var urls: [String]
+        var directory: String?
+        var fileName: String?
+        var checksum: String?
+        var speedLimit: String?
+    }
+
+    let queue: DownloadQueue
+    let token: String
+    let requestedPort: Int
+    let logger: Logger
+    private let boundPort = Mutex<Int?>(nil)
+
+    public init(queue: DownloadQueue, token: String, port: Int, logger: Logger) {
+        self.queue = queue
+        self.token = token
+        self.requestedPort = port
+        self.logger = logger
+    }
+
+    /// The port once listening.
+    public var port: Int? { self.boundPort.withLock { $0 } }
+
+    /// The address to open, with the token in the fragment (never sent to a server or logged).
+    public var address: String? {
+        self.port.map { "http://127.0.0.1:\($0)/#token=\(self.token)" }
+    }
+
+    /// Serves until graceful shutdown.
+    public func run() async throws {
+        let router = Router()
+        router.middlewares.add(WebGuardMiddleware(token: self.token, port: { [weak self] in self?.port }))
+        self.addRoutes(to: router)
+        let app = Application(
+            router: router,
+            configuration: .init(address: .hostname("127.0.0.1", port: self.requestedPort), serverName: "hauld"),
+            onServerRunning: { [weak self] channel in
+                guard let self else { return }
+                self.boundPort.withLock { $0 = channel.localAddress?.port }
+                self.logger.info("web UI on http://127.0.0.1:\(self.port ?? 0)/ ('haul ui' prints the address with its token)")
+            },
+            logger: self.logger
+        )
+        try await app.run()
+    }
+
+    private func addRoutes(to router: Router<BasicRequestContext>) {
+        for (path, file) in WebAssets.files {
+            router.get(RouterPath(path)) { _, _ in
+                Response(
+                    status: .ok,
+                    headers: [
+                        .contentType: file.contentType,
+                        .cacheControl: "no-cache",
+                        .contentSecurityPolicy: "default-src 'self'; style-src 'self'; script-src 'self'; frame-ancestors 'none'",
+                        HTTPField.Name("X-Content-Type-Options")!: "nosniff",
+                    ],
+                    body: ResponseBody(byteBuffer: ByteBuffer(string: file.body))
+                )
+            }
+        }
+        let queue = self.queue
+        router.get("/api/downloads") { _, _ in
+            try await Self.answer { ListAnswer(downloads: try await queue.list(), settings: queue.settings) }
+        }
+        router.post("/api/downloads") { request, context in
+            try await Self.answer {
+                let body = try await Self.decode(AddBody.self, request, context)
+                guard !body.urls.isEmpty else { throw DaemonError("give at least one URL") }
+                var added: [QueuedDownloadInfo] = []
+                // Check every URL first: a bad one in the list adds none.
+                let urls = try body.urls.map { text -> URL in
+                    guard let url = URL(string: text) else { throw DaemonError("not a URL: \(text)") }
+                    return url
+                }
+                if urls.count > 1, body.checksum != nil || body.fileName != nil {
+                    throw DaemonError("a checksum or file name applies to a single URL")
+                }
+                var limit: Int64?
+                if let text = body.speedLimit, !text.isEmpty {
+                    guard let parsed = SpeedLimit.parse(text) else { throw DaemonError("bad speed limit '\(text)'") }
+                    limit = parsed
+                }
+                for url in urls {
+                    guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+                        throw DaemonError("not an http or https URL: \(url.absoluteString)")
+                    }
+                }
+                for url in urls {
+                    added.append(
+                        try await queue.add(
+                            urls: [url], directory: body.directory, fileName: body.fileName, checksum: body.checksum,
+                            speedLimit: limit, priority: nil
+                        )
+                    )
+                }
+                return ["downloads": added]
+            }
+        }
+        router.post("/api/downloads/:id/:action") { _, context in
+            try await Self.answer {
+                let id = try Self.id(context)
+                switch context.parameters.get("action") {
+                case "pause": try await queue.pause(id: id)
+                case "resume": try await queue.resume(id: id)
+                case "cancel": try await queue.cancel(id: id)
+                default: throw DaemonError("unknown action")
+                }
+                return ["download": try await queue.download(id: id)]
+            }
+        }
+        router.delete("/api/downloads/:id") { _, context in
+            try await Self.answer {
+                try await queue.cancel(id: try Self.id(context), deleteFromList: true)
+                return ["removed": try Self.id(context)]
+            }
+        }
+        router.post("/api/pause-all") { _, _ in try await Self.answer { ["count": try await queue.pauseAll()] } }
+        router.post("/api/resume-all") { _, _ in try await Self.answer { ["count": try await queue.resumeAll()] } }
+        router.post("/api/purge") { _, _ in try await Self.answer { ["count": try await queue.purge()] } }
+        router.get("/api/events") { _, _ in self.eventStream() }
+    }
+
+    struct ListAnswer: Encodable {
+        var downloads: [QueuedDownloadInfo]
+        var settings: QueueSettings
+    }
+
+    private enum StreamItem: Sendable {
+        case change(QueueChange)
+        case heartbeat
+    }
+
+    /// The live stream: subscribe first, then send the snapshot, so nothing falls between.
+    private func eventStream() -> Response {
+        let queue = self.queue
+        let body = ResponseBody { writer in
+            let (stream, continuation) = AsyncStream<StreamItem>.makeStream(bufferingPolicy: .bufferingNewest(10_000))
+            let subscription = queue.subscribe { continuation.yield(.change($0)) }
+            let heartbeat = Task {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .seconds(15))
+                    continuation.yield(.heartbeat)
+                }
+            }
+            defer {
+                queue.unsubscribe(subscription)
+                heartbeat.cancel()
+                continuation.finish()
+            }
+            let snapshot = ListAnswer(downloads: try await queue.list(), settings: queue.settings)
+            try await writer.write(ByteBuffer(string: "retry: 2000\nevent: snapshot\ndata: \(WebJSON.string(snapshot))\n\n"))
+            for await item in stream.cancelOnGracefulShutdown() {
+                let text: String
+                switch item {
+                case .heartbeat: text = ": keep-alive\n\n"
+                case .change(.changed(let download)): text = "event: download\ndata: \(WebJSON.string(download))\n\n"
+                case .change(.removed(let id)): text = "event: removed\ndata: {\"id\":\(id)}\n\n"
+                case .change(.settings(let settings)): text = "event: settings\ndata: \(WebJSON.string(settings))\n\n"
+                }
+                try await writer.write(ByteBuffer(string: text))
+            }
+            try await writer.finish(nil)
+        }
+        return Response(
+            status: .ok,
+            headers: [.contentType: "text/event-stream", .cacheControl: "no-store"],
+            body: body
+        )
+    }
+
+    private static func id(_ context: BasicRequestContext) throws -> Int64 {
+        guard let id = context.parameters.get("id", as: Int64.self) else { throw DaemonError("the download id must be a number") }
+        return id
+    }
+
+    private static func decode<T: Decodable>(_ type: T.Type, _ request: Request, _ context: BasicRequestContext) async throws -> T {
+        guard request.headers[.contentType]?.lowercased().hasPrefix("application/json") == true else {
+            throw DaemonError("send JSON (Content-Type: application/json)")
+        }
+        var request = request
+        let buffer = try await request.collectBody(upTo: 1 << 20)
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
+        } catch {
+            throw DaemonError("malformed JSON body: \(error)")
+        }
+    }
+
+    /// Runs `body`; a refusal becomes 400 (404 for an unknown id) with `{"error": …}`.
+    private static func answer(_ body: () async throws -> some Encodable) async throws -> Response {
+        do {
+            return WebJSON.response(try await body())
+        } catch let error as DaemonError {
+            let status: HTTPResponse.Status = error.description.hasPrefix("no download with id") ? .notFound : .badRequest
+            return WebJSON.response(["error": error.description], status: status)
+        }
+    }
+}
