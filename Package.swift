@@ -157,6 +157,7 @@ let package = Package(
                 "HaulCore",
                 "HaulTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictSettings
         ),

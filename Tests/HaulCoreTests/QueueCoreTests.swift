@@ -1,0 +1,92 @@
+import HaulCore
+import Testing
+
+@Suite("Download queue: pure rules")
+struct QueueCoreTests {
+    @Test("Checksums parse as TYPE=HEX and refuse what is not one")
+    func checksumParsing() throws {
+        let spec = try ChecksumSpec(parsing: "SHA-256=" + String(repeating: "AB", count: 32))
+        #expect(spec.algorithm == .sha256)
+        #expect(spec.hexDigest == String(repeating: "ab", count: 32))
+        #expect(spec.description == "sha256=" + String(repeating: "ab", count: 32))
+        #expect(try ChecksumSpec(parsing: "md5=" + String(repeating: "0", count: 32)).algorithm == .md5)
+        #expect(try ChecksumSpec(parsing: "sha1=" + String(repeating: "f", count: 40)).algorithm == .sha1)
+        #expect(throws: ChecksumSpec.ParseError.missingSeparator) { try ChecksumSpec(parsing: "abcdef") }
+        #expect(throws: ChecksumSpec.ParseError.unknownAlgorithm("crc32")) { try ChecksumSpec(parsing: "crc32=0000") }
+        #expect(throws: ChecksumSpec.ParseError.badDigest(algorithm: .sha256, length: 3)) { try ChecksumSpec(parsing: "sha256=abc") }
+        #expect(throws: ChecksumSpec.ParseError.badDigest(algorithm: .md5, length: 32)) {
+            try ChecksumSpec(parsing: "md5=" + String(repeating: "g", count: 32))
+        }
+    }
+
+    @Test("Settings accept valid values and explain invalid ones")
+    func settings() throws {
+        var settings = QueueSettings(defaultDirectory: "/downloads")
+        #expect(settings.maximumConcurrentDownloads == 5)
+        try settings.set("max-concurrent", to: "2")
+        try settings.set("max-per-host", to: "1")
+        try settings.set("speed-limit", to: "1.5M")
+        try settings.set("dir", to: "/srv/files")
+        #expect(settings.maximumConcurrentDownloads == 2)
+        #expect(settings.maximumConnectionsPerHost == 1)
+        #expect(settings.globalSpeedLimit == 1_572_864)
+        #expect(settings.defaultDirectory == "/srv/files")
+        #expect(throws: QueueSettings.SettingError.self) { try settings.set("max-concurrent", to: "0") }
+        #expect(throws: QueueSettings.SettingError.self) { try settings.set("speed-limit", to: "fast") }
+        #expect(throws: QueueSettings.SettingError.self) { try settings.set("dir", to: "relative/path") }
+        #expect(throws: QueueSettings.SettingError.unknownKey("colour")) { try settings.set("colour", to: "blue") }
+        #expect(settings.maximumConcurrentDownloads == 2, "a refused value changes nothing")
+    }
+
+    @Test("Speed limits read as people write them")
+    func speedLimits() {
+        #expect(SpeedLimit.parse("500K") == 512_000)
+        #expect(SpeedLimit.parse("2M/s") == 2_097_152)
+        #expect(SpeedLimit.parse("2MiBps") == 2_097_152)
+        #expect(SpeedLimit.parse("0") == 0)
+        #expect(SpeedLimit.parse("-1") == nil)
+        #expect(SpeedLimit.parse("quick") == nil)
+    }
+
+    @Test("The scheduler starts by priority, then age, within the global and per-host limits")
+    func scheduling() {
+        var settings = QueueSettings(defaultDirectory: "/d")
+        settings.maximumConcurrentDownloads = 3
+        settings.maximumConnectionsPerHost = 2
+        let waiting = [
+            QueueScheduler.Entry(id: 1, host: "a", priority: 0),
+            QueueScheduler.Entry(id: 2, host: "a", priority: 0),
+            QueueScheduler.Entry(id: 3, host: "a", priority: 5),
+            QueueScheduler.Entry(id: 4, host: "b", priority: 0),
+            QueueScheduler.Entry(id: 5, host: "c", priority: 9, notBefore: 100),
+        ]
+        #expect(QueueScheduler.downloadsToStart(waiting: waiting, active: [], settings: settings, now: 0) == [3, 1, 4])
+        let active = [QueueScheduler.Entry(id: 9, host: "a", priority: 0)]
+        #expect(QueueScheduler.downloadsToStart(waiting: waiting, active: active, settings: settings, now: 0) == [3, 4])
+        #expect(QueueScheduler.downloadsToStart(waiting: waiting, active: active, settings: settings, now: 200) == [5, 3])
+        #expect(QueueScheduler.nextWakeUp(waiting: waiting, now: 0) == 100)
+        settings.maximumConcurrentDownloads = 1
+        #expect(QueueScheduler.downloadsToStart(waiting: waiting, active: active, settings: settings, now: 0).isEmpty)
+    }
+
+    @Test("A token bucket holds the average rate and lets a burst through")
+    func tokenBucket() {
+        var bucket = TokenBucket(bytesPerSecond: 100_000, burst: 25_000)
+        #expect(bucket.take(20_000, now: 0) == 0, "within the burst")
+        let wait = bucket.take(55_000, now: 0)
+        #expect(abs(wait - 0.5) < 1e-9, "50 000 bytes of debt at 100 000 B/s is half a second")
+        // Reading 100 000 bytes a second after the debt is paid keeps pace exactly.
+        var now = 0.5
+        var total = 0.0
+        for _ in 0..<10 {
+            let pause = bucket.take(10_000, now: now)
+            total += pause
+            now += pause
+        }
+        #expect(abs(now - 1.5) < 0.26, "10 x 10 000 bytes take about a second (burst allowance aside)")
+        var unlimited = TokenBucket(bytesPerSecond: 0)
+        #expect(unlimited.take(1 << 30, now: 0) == 0)
+        bucket.setRate(bytesPerSecond: 0)
+        #expect(bucket.isUnlimited)
+    }
+}

@@ -1,0 +1,305 @@
+import Crypto
+import Foundation
+import HaulCore
+import HaulDaemon
+import HaulTestSupport
+import Testing
+
+@Suite("Download queue in the daemon", .serialized)
+struct DownloadQueueTests {
+    @Test("Downloads land complete and verified under their final names; nothing partial is left")
+    func completesVerified() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        let plain = try await harness.queue.add(
+            urls: [server.url("/file/plain.bin?size=900000&seed=3")], directory: nil, fileName: nil,
+            checksum: "sha256=" + TestContent.sha256Hex(size: 900_000, seed: 3), speedLimit: nil, priority: nil
+        )
+        let hostile = try await harness.queue.add(
+            urls: [server.url("/file/h?size=1000&seed=4&disposition=attachment;%20filename%3D%22..%2F..%2Fetc%2Fpasswd%22")],
+            directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        let named = try await harness.queue.add(
+            urls: [server.url("/file/n?size=5000&seed=5")], directory: harness.downloads.appendingPathComponent("sub").path,
+            fileName: "chosen.dat", checksum: nil, speedLimit: nil, priority: nil
+        )
+        let first = try await harness.wait(for: plain.id, .complete)
+        let second = try await harness.wait(for: hostile.id, .complete)
+        let third = try await harness.wait(for: named.id, .complete)
+        #expect(first.path == harness.downloads.appendingPathComponent("plain.bin").path)
+        #expect(try TestContent.sha256Hex(ofFileAt: first.path!) == TestContent.sha256Hex(size: 900_000, seed: 3))
+        #expect(second.fileName == "passwd", "the Content-Disposition name is reduced to a plain name")
+        #expect(second.path == harness.downloads.appendingPathComponent("passwd").path)
+        #expect(third.path == harness.downloads.appendingPathComponent("sub/chosen.dat").path)
+        #expect(try TestContent.sha256Hex(ofFileAt: third.path!) == TestContent.sha256Hex(size: 5000, seed: 5))
+        #expect(!harness.files().contains { $0.hasSuffix(".haul-part") })
+        #expect(first.totalBytes == 900_000 && first.bytesDone == 900_000 && first.finishedAt != nil)
+        await harness.close()
+    }
+
+    @Test("A taken name gets a number; the existing file is untouched")
+    func nameClash() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        let existing = harness.downloads.appendingPathComponent("clash.bin")
+        try Data("mine".utf8).write(to: existing)
+        let added = try await harness.queue.add(
+            urls: [server.url("/file/clash.bin?size=2000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        let done = try await harness.wait(for: added.id, .complete)
+        #expect(done.path == harness.downloads.appendingPathComponent("clash (1).bin").path)
+        #expect(try String(contentsOf: existing, encoding: .utf8) == "mine")
+        await harness.close()
+    }
+
+    @Test("A checksum mismatch is an error, and the bad file is not presented as finished")
+    func checksumMismatch() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        let wrong = String(repeating: "0", count: 32)
+        let added = try await harness.queue.add(
+            urls: [server.url("/file/bad.iso?size=3000")], directory: nil, fileName: nil, checksum: "md5=\(wrong)", speedLimit: nil, priority: nil
+        )
+        let failed = try await harness.wait(for: added.id, .error)
+        #expect(failed.errorMessage?.contains("checksum mismatch: expected md5=\(wrong), got ") == true)
+        #expect(!harness.files().contains("bad.iso"), "no file under the final name")
+        #expect(failed.path?.hasSuffix(".haul-part") == true)
+        // With the right checksum (sha1 this time) the same content is accepted.
+        let sha1 = try await harness.queue.add(
+            urls: [server.url("/file/good.iso?size=3000")], directory: nil, fileName: nil,
+            checksum: "sha1=" + Self.sha1Hex(size: 3000, seed: 1), speedLimit: nil, priority: nil
+        )
+        #expect(try await harness.wait(for: sha1.id, .complete).path == harness.downloads.appendingPathComponent("good.iso").path)
+        await harness.close()
+    }
+
+    static func sha1Hex(size: Int, seed: UInt64) -> String {
+        var hasher = Insecure.SHA1()
+        hasher.update(data: TestContent.bytes(0..<Int64(size), seed: seed))
+        return hasher.finalize().map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+    }
+
+    @Test("Pause keeps the bytes; resume continues with Range from them")
+    func pauseAndResume() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        let size: Int64 = 3_000_000
+        let added = try await harness.queue.add(
+            urls: [server.url("/file/pr.bin?size=\(size)&seed=7&rate=1500000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        _ = try await harness.wait(for: added.id) { $0.bytesDone > 1_000_000 }
+        try await harness.queue.pause(id: added.id)
+        let paused = try await harness.wait(for: added.id, .paused)
+        try await Task.sleep(for: .milliseconds(300))
+        let kept = try await harness.queue.download(id: added.id).bytesDone
+        #expect(kept > 1_000_000, "the checkpoint holds the bytes on disk")
+        #expect((fileSize(paused.path!) ?? 0) >= kept)
+        try await harness.queue.resume(id: added.id)
+        let done = try await harness.wait(for: added.id, .complete)
+        #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: size, seed: 7))
+        let ranges = server.requests.filter { $0.uri.contains("pr.bin") }.compactMap { $0.header("Range") }
+        #expect(ranges.count == 1 && ranges[0] == "bytes=\(kept)-", "continued from the checkpoint: \(ranges)")
+        #expect(server.bodyBytesSent(forKey: "pr.bin") <= size + 1_400_000, "at most the bytes after the checkpoint are fetched twice")
+        await harness.close()
+    }
+
+    @Test("A new URL for a paused download keeps its bytes when the entity is the same, and starts over when not")
+    func changeURL() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        let size: Int64 = 2_000_000
+        let same = try await harness.queue.add(
+            urls: [server.url("/file/signed.bin?size=\(size)&seed=8&rate=2000000&sig=old")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        _ = try await harness.wait(for: same.id) { $0.bytesDone > 500_000 }
+        try await harness.queue.pause(id: same.id)
+        _ = try await harness.wait(for: same.id, .paused)
+        try await Task.sleep(for: .milliseconds(200))
+        let kept = try await harness.queue.download(id: same.id).bytesDone
+        let moved = try await harness.queue.setURL(id: same.id, url: server.url("/file/signed.bin?size=\(size)&seed=8&sig=fresh"))
+        #expect(moved.urls.first?.query?.contains("sig=fresh") == true)
+        try await harness.queue.resume(id: same.id)
+        let done = try await harness.wait(for: same.id, .complete)
+        #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: size, seed: 8))
+        let fresh = server.requests.filter { $0.uri.contains("sig=fresh") }
+        #expect(fresh.count == 1 && fresh[0].header("Range") == "bytes=\(kept)-" && fresh[0].header("If-Range") != nil)
+
+        // Another entity behind the new link: the If-Range check fails, the download starts over.
+        let other = try await harness.queue.add(
+            urls: [server.url("/file/changed.bin?size=\(size)&seed=9&rate=2000000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        _ = try await harness.wait(for: other.id) { $0.bytesDone > 500_000 }
+        try await harness.queue.pause(id: other.id)
+        _ = try await harness.wait(for: other.id, .paused)
+        _ = try await harness.queue.setURL(id: other.id, url: server.url("/file/changed.bin?size=\(size)&seed=10"))
+        try await harness.queue.resume(id: other.id)
+        let replaced = try await harness.wait(for: other.id, .complete)
+        #expect(try TestContent.sha256Hex(ofFileAt: replaced.path!) == TestContent.sha256Hex(size: size, seed: 10))
+        await #expect(throws: DaemonError.self) { try await harness.queue.setURL(id: other.id, url: server.url("/file/x")) }
+        await harness.close()
+    }
+
+    @Test("When the primary URL fails for good, a mirror is used")
+    func mirrors() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        let added = try await harness.queue.add(
+            urls: [server.url("/status/404"), server.url("/file/mirrored.bin?size=40000&seed=11")],
+            directory: nil, fileName: "mirrored.bin", checksum: nil, speedLimit: nil, priority: nil
+        )
+        let done = try await harness.wait(for: added.id, .complete)
+        #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: 40000, seed: 11))
+        let lone = try await harness.queue.add(
+            urls: [server.url("/status/404")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        let failed = try await harness.wait(for: lone.id, .error)
+        #expect(failed.errorMessage == "the server answered 404")
+        #expect(harness.files() == ["mirrored.bin"] || harness.files().allSatisfy { $0 == "mirrored.bin" || $0.hasSuffix(".haul-part") })
+        await harness.close()
+    }
+
+    @Test("Concurrency limits hold, also when lowered while downloads run")
+    func concurrencyLimits() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        _ = try await harness.queue.set("max-concurrent", to: "1")
+        var ids: [Int64] = []
+        for index in 0..<6 {
+            ids.append(try await harness.queue.add(
+                urls: [server.url("/file/c\(index)?size=600000&seed=\(index)&rate=1200000")],
+                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: index == 5 ? 10 : 0
+            ).id)
+        }
+        #expect(try await harness.queue.list().filter { $0.state == .active }.map(\.id) == [ids[0]])
+        _ = try await harness.queue.set("max-concurrent", to: "3")
+        try await Task.sleep(for: .milliseconds(150))
+        let running = try await harness.queue.list().filter { $0.state == .active }.map(\.id).sorted()
+        #expect(running.count == 3 && running.contains(ids[5]), "the high-priority download started first: \(running)")
+        _ = try await harness.queue.set("max-concurrent", to: "1")
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(try await harness.queue.list().filter { $0.state == .active }.count == 1, "lowering the limit requeues the surplus at once")
+        harness.peakActive.withLock { $0 = 1 }
+        _ = try await harness.queue.set("max-per-host", to: "2")
+        _ = try await harness.queue.set("max-concurrent", to: "5")
+        for id in ids { _ = try await harness.wait(for: id, .complete) }
+        #expect(harness.peakActive.withLock { $0 } <= 2, "per-host limit of 2 (one host)")
+        for (index, id) in ids.enumerated() {
+            let info = try await harness.queue.download(id: id)
+            #expect(try TestContent.sha256Hex(ofFileAt: info.path!) == TestContent.sha256Hex(size: 600_000, seed: UInt64(index)))
+        }
+        await harness.close()
+    }
+
+    @Test("Per-download and global speed limits hold (measured)")
+    func speedLimits() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        let limit: Int64 = 256 * 1024
+        let size: Int64 = 640 * 1024
+        let start = ContinuousClock.now
+        let single = try await harness.queue.add(
+            urls: [server.url("/file/slow.bin?size=\(size)")], directory: nil, fileName: nil, checksum: nil, speedLimit: limit, priority: nil
+        )
+        _ = try await harness.wait(for: single.id, .complete)
+        let singleSeconds = Self.seconds(ContinuousClock.now - start)
+        // Burst allowance: a quarter second of the rate (64 KiB) may pass before the limit bites.
+        let singleRate = Double(size) / singleSeconds
+        #expect(singleRate <= Double(limit) * 1.25, "per-download: \(Int(singleRate)) B/s against a limit of \(limit)")
+        #expect(singleRate >= Double(limit) * 0.5, "and not far below it: \(Int(singleRate)) B/s")
+
+        _ = try await harness.queue.set("speed-limit", to: "256K")
+        let globalStart = ContinuousClock.now
+        let a = try await harness.queue.add(urls: [server.url("/file/ga?size=\(size / 2)")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+        let b = try await harness.queue.add(urls: [server.url("/file/gb?size=\(size / 2)")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+        _ = try await harness.wait(for: a.id, .complete)
+        _ = try await harness.wait(for: b.id, .complete)
+        let globalRate = Double(size) / Self.seconds(ContinuousClock.now - globalStart)
+        #expect(globalRate <= Double(limit) * 1.25, "global: \(Int(globalRate)) B/s for two downloads against \(limit)")
+        await harness.close()
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) * 1e-18
+    }
+
+    @Test("A restart mid-queue continues every download from its checkpoint and keeps the history")
+    func restartMidQueue() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let first = try QueueHarness()
+        let quick = try await first.queue.add(urls: [server.url("/file/quick?size=1000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+        _ = try await first.wait(for: quick.id, .complete)
+        var slow: [Int64] = []
+        for index in 0..<3 {
+            slow.append(try await first.queue.add(
+                urls: [server.url("/file/r\(index)?size=2500000&seed=\(20 + index)&rate=1500000")],
+                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+            ).id)
+        }
+        let paused = try await first.queue.add(urls: [server.url("/file/p?size=1000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil, paused: true)
+        _ = try await first.wait(for: slow[0]) { $0.bytesDone > 700_000 }
+        await first.close()
+
+        let second = try QueueHarness(root: first.root)
+        let listed = try await second.queue.list()
+        #expect(listed.map(\.id) == [quick.id] + slow + [paused.id], "history and queue survive the restart")
+        #expect(listed.first?.state == .complete)
+        #expect(listed.last?.state == .paused, "a paused download stays paused")
+        for (index, id) in slow.enumerated() {
+            let done = try await second.wait(for: id, .complete)
+            #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: 2_500_000, seed: UInt64(20 + index)))
+            #expect(server.bodyBytesSent(forKey: "r\(index)") <= 2_500_000 + 1_400_000, "continued, not restarted")
+        }
+        #expect(server.requests.contains { $0.uri.contains("/file/r0") && $0.header("Range") != nil })
+        #expect(try await second.queue.list().count == 5)
+        #expect(try await second.queue.purge() == 4)
+        #expect(try await second.queue.list().map(\.id) == [paused.id])
+        await second.close()
+    }
+
+    @Test("Bad input gets a clear error and changes nothing")
+    func badInput() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        let url = server.url("/file/ok?size=10")
+        await #expect(throws: DaemonError("no download with id 999 (see 'haul ls')")) { try await harness.queue.pause(id: 999) }
+        await #expect(throws: DaemonError.self) { try await harness.queue.resume(id: 999) }
+        await #expect(throws: DaemonError("not an http or https URL: ftp://example.org/file")) {
+            try await harness.queue.add(urls: [URL(string: "ftp://example.org/file")!], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+        }
+        await #expect(throws: DaemonError.self) {
+            try await harness.queue.add(urls: [url], directory: nil, fileName: nil, checksum: "sha256=xyz", speedLimit: nil, priority: nil)
+        }
+        await #expect(throws: DaemonError.self) {
+            try await harness.queue.add(urls: [url], directory: nil, fileName: "../escape", checksum: nil, speedLimit: nil, priority: nil)
+        }
+        let notADirectory = harness.root.appendingPathComponent("plain-file")
+        try Data("x".utf8).write(to: notADirectory)
+        do {
+            _ = try await harness.queue.add(urls: [url], directory: notADirectory.appendingPathComponent("sub").path, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+            Issue.record("a directory under a file was accepted")
+        } catch let error as DaemonError {
+            #expect(error.description.hasPrefix("cannot create the directory"))
+        }
+        await #expect(throws: DaemonError("the directory must be an absolute path: relative")) {
+            try await harness.queue.add(urls: [url], directory: "relative", fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+        }
+        await #expect(throws: DaemonError.self) { try await harness.queue.set("max-concurrent", to: "many") }
+        #expect(try await harness.queue.list().isEmpty, "nothing was queued by a refused request")
+        #expect(harness.queue.settings.maximumConcurrentDownloads == 5)
+        let added = try await harness.queue.add(urls: [url], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+        let done = try await harness.wait(for: added.id, .complete)
+        await #expect(throws: DaemonError.self) { try await harness.queue.pause(id: done.id) }
+        await #expect(throws: DaemonError.self) { try await harness.queue.cancel(id: done.id) }
+        try await harness.queue.cancel(id: done.id, deleteFromList: true)
+        #expect(FileManager.default.fileExists(atPath: done.path!), "removing a finished download keeps its file")
+        await harness.close()
+    }
+}
+
+extension DaemonError: Equatable {
+    public static func == (a: DaemonError, b: DaemonError) -> Bool { a.description == b.description }
+}
+
+func fileSize(_ path: String) -> Int64? {
+    (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
+}
