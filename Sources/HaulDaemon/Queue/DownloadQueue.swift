@@ -67,7 +67,7 @@ public final class DownloadQueue: Sendable {
 
     static let clockOrigin = ContinuousClock.now
 
-    let store: TransferStore
+    package let store: TransferStore
     let configuration: Configuration
     let logger: Logger
     let engine: TransferEngine

@@ -303,3 +303,106 @@ extension DaemonError: Equatable {
 func fileSize(_ path: String) -> Int64? {
     (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
 }
+
+/// A small tmpfs mounted for a test (root only): a disk that really fills up.
+struct SmallDisk {
+    let path: String
+
+    static var canMount: Bool { getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/bin/mount") }
+
+    init(megabytes: Int) throws {
+        self.path = FileManager.default.temporaryDirectory.appendingPathComponent("haul-small-disk-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: self.path, withIntermediateDirectories: true)
+        try Self.mount(["-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", self.path])
+    }
+
+    func grow(toMegabytes megabytes: Int) throws {
+        try Self.mount(["-o", "remount,size=\(megabytes)m", self.path])
+    }
+
+    func unmount() {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/umount")
+        process.arguments = ["-l", self.path]
+        try? process.run()
+        process.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: self.path)
+    }
+
+    private static func mount(_ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/mount")
+        process.arguments = arguments
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw QueueTestError("mount \(arguments) failed") }
+    }
+}
+
+@Suite("Download queue on a full disk", .serialized)
+struct FullDiskTests {
+    @Test("A full disk stops the download with a clear error, keeps its bytes, and it completes once there is room", .enabled(if: SmallDisk.canMount))
+    func fullDisk() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let disk = try SmallDisk(megabytes: 1)
+        defer { disk.unmount() }
+        let harness = try QueueHarness()
+        let size: Int64 = 3_000_000
+        let added = try await harness.queue.add(
+            urls: [server.url("/file/big.bin?size=\(size)&seed=31")], directory: disk.path, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        let failed = try await harness.wait(for: added.id, .error)
+        #expect(failed.errorMessage?.contains("No space left on device") == true, "\(failed.errorMessage ?? "")")
+        #expect(failed.bytesDone > 0 && failed.bytesDone <= 1 << 20, "the bytes that fit are kept: \(failed.bytesDone)")
+        #expect(!FileManager.default.fileExists(atPath: disk.path + "/big.bin"), "no file under the final name")
+        let sentBefore = server.bodyBytesSent(forKey: "big.bin")
+
+        try disk.grow(toMegabytes: 8)
+        try await harness.queue.resume(id: added.id)
+        let done = try await harness.wait(for: added.id, .complete)
+        #expect(done.path == disk.path + "/big.bin")
+        #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: size, seed: 31))
+        let ranges = server.requests.filter { $0.uri.contains("big.bin") }.compactMap { $0.header("Range") }
+        #expect(ranges == ["bytes=\(failed.bytesDone)-"], "continued from the kept bytes: \(ranges)")
+        #expect(server.bodyBytesSent(forKey: "big.bin") - sentBefore == size - failed.bytesDone)
+        await harness.close()
+    }
+}
+
+@Suite("Download queue: cancel and remove", .serialized)
+struct QueueCancelTests {
+    @Test("Cancel deletes the partial file and keeps the entry as removed until purged; rm drops it")
+    func cancelAndRemove() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        let running = try await harness.queue.add(
+            urls: [server.url("/file/cx.bin?size=3000000&rate=1000000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        let active = try await harness.wait(for: running.id) { $0.bytesDone > 100_000 }
+        let partial = try #require(active.path)
+        #expect(FileManager.default.fileExists(atPath: partial))
+        try await harness.queue.cancel(id: running.id)
+        #expect(await waitUntilTrue { !FileManager.default.fileExists(atPath: partial) })
+        let stored = try #require(try harness.queue.store.download(id: running.id))
+        #expect(stored.state == .removed)
+        #expect(try await harness.queue.list().isEmpty, "removed downloads are not listed")
+        await #expect(throws: DaemonError.self) { try await harness.queue.resume(id: running.id) }
+
+        let paused = try await harness.queue.add(
+            urls: [server.url("/file/px.bin?size=1000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil, paused: true
+        )
+        try await harness.queue.cancel(id: paused.id, deleteFromList: true)
+        #expect(try harness.queue.store.download(id: paused.id) == nil)
+        #expect(harness.files().isEmpty)
+        await harness.close()
+    }
+}
+
+func waitUntilTrue(timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return condition()
+}

@@ -1,0 +1,188 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import HaulCore
+import HaulTestSupport
+import Testing
+
+/// Runs the built `haul` against a test daemon, as a user would.
+struct HaulCLI {
+    struct Result {
+        var status: Int32
+        var standardOutput: String
+        var standardError: String
+    }
+
+    let daemon: DaemonProcess
+
+    static var executable: URL {
+        DaemonProcess.executable.deletingLastPathComponent().appendingPathComponent("haul")
+    }
+
+    func run(_ arguments: [String], directory: URL? = nil) async throws -> Result {
+        let process = Process()
+        process.executableURL = Self.executable
+        process.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["HAUL_DATA_DIR"] = self.daemon.dataDirectory.path
+        environment["HAUL_RUNTIME_DIR"] = self.daemon.runtimeDirectory.path
+        environment["HAUL_DAEMON_PATH"] = DaemonProcess.executable.path
+        process.environment = environment
+        if let directory { process.currentDirectoryURL = directory }
+        let output = Pipe()
+        let error = Pipe()
+        process.standardOutput = output
+        process.standardError = error
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        async let out = blocking { output.fileHandleForReading.readDataToEndOfFile() }
+        async let err = blocking { error.fileHandleForReading.readDataToEndOfFile() }
+        let (outData, errData) = await (out, err)
+        await blocking { process.waitUntilExit() }
+        return Result(
+            status: process.terminationStatus,
+            standardOutput: String(decoding: outData, as: UTF8.self),
+            standardError: String(decoding: errData, as: UTF8.self)
+        )
+    }
+
+    func list() async throws -> [QueuedDownloadInfo] {
+        let result = try await self.run(["ls", "--json"])
+        guard result.status == 0 else { throw DaemonTestError("haul ls failed: \(result.standardError)") }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return try decoder.decode([QueuedDownloadInfo].self, from: Data(result.standardOutput.utf8))
+    }
+}
+
+@Suite("haul queue commands against hauld", .serialized)
+struct QueueCommandTests {
+    @Test("add, ls, kill -9 of the daemon mid-queue, wait: every download completes and the history stays")
+    func endToEndWithRestart() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let cli = HaulCLI(daemon: daemon)
+        let target = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("files")
+        let sizes: [Int64] = [3_000_000, 2_500_000, 20_000]
+        for (index, size) in sizes.enumerated() {
+            let added = try await cli.run(["add", "--dir", target.path, server.url("/file/e\(index).bin?size=\(size)&seed=\(40 + index)&rate=1500000").absoluteString])
+            #expect(added.status == 0, "\(added.standardError)")
+            #expect(added.standardOutput.hasPrefix("added \(index + 1): e\(index).bin → \(target.path)"))
+        }
+        #expect(await waitUntil { server.bodyBytesSent(forKey: "e0.bin") > 800_000 })
+        let before = try await cli.list()
+        #expect(before.count == 3)
+        await daemon.kill9()
+        try await daemon.start()
+        let waited = try await cli.run(["wait"])
+        #expect(waited.status == 0, "\(waited.standardOutput) \(waited.standardError)")
+        let after = try await cli.list()
+        #expect(after.map(\.state) == [.complete, .complete, .complete])
+        for (index, size) in sizes.enumerated() {
+            let path = target.appendingPathComponent("e\(index).bin").path
+            #expect(try TestContent.sha256Hex(ofFileAt: path) == TestContent.sha256Hex(size: size, seed: UInt64(40 + index)))
+            #expect(server.bodyBytesSent(forKey: "e\(index).bin") <= size + 1_400_000, "resumed after the kill, not restarted")
+        }
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: target.path)) ?? []).sorted() == ["e0.bin", "e1.bin", "e2.bin"])
+        let table = try await cli.run(["ls"])
+        #expect(table.standardOutput.contains("Downloading (0)") && table.standardOutput.contains("Finished (3)"))
+        let shown = try await cli.run(["show", "1"])
+        let fields = Dictionary(shown.standardOutput.split(separator: "\n").map { line -> (String, String) in
+            let parts = line.split(separator: ":", maxSplits: 1)
+            return (String(parts[0]), parts.count > 1 ? parts[1].trimmingCharacters(in: .whitespaces) : "")
+        }) { a, _ in a }
+        #expect(fields["state"] == "complete" && fields["file"] == "\(target.path)/e0.bin", "\(shown.standardOutput)")
+        let purged = try await cli.run(["purge"])
+        #expect(purged.standardOutput == "purged 3 downloads\n")
+        #expect(try await cli.list().isEmpty)
+        _ = await daemon.terminate()
+    }
+
+    @Test("Clear errors: unknown ids, malformed arguments, unwritable directories, settings")
+    func errors() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let cli = HaulCLI(daemon: daemon)
+        let url = server.url("/file/x?size=10").absoluteString
+
+        let unknown = try await cli.run(["pause", "999"])
+        #expect(unknown.status == 1)
+        #expect(unknown.standardError.contains("no download with id 999"))
+        let badID = try await cli.run(["show", "abc"])
+        #expect(badID.status == 2 && badID.standardError.contains("'abc' is not a download id"))
+        let badChecksum = try await cli.run(["add", "--checksum", "sha256=xyz", url])
+        #expect(badChecksum.status == 2 && badChecksum.standardError.contains("a sha256 checksum has 64 hex digits"))
+        let badURL = try await cli.run(["add", "example.org/file.iso"])
+        #expect(badURL.status == 2 && badURL.standardError.contains("not an http or https URL"))
+        let badLimit = try await cli.run(["add", "--limit", "fast", url])
+        #expect(badLimit.status == 2)
+        let file = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("a-file")
+        try Data().write(to: file)
+        let badDirectory = try await cli.run(["add", "--dir", file.path + "/sub", url])
+        #expect(badDirectory.status == 1 && badDirectory.standardError.contains("cannot create the directory"))
+        #expect(try await cli.list().isEmpty, "nothing was queued by the refused commands")
+
+        let set = try await cli.run(["set", "max-concurrent", "2"])
+        #expect(set.status == 0 && set.standardOutput.contains("max-concurrent  2"))
+        let badSet = try await cli.run(["set", "colour", "blue"])
+        #expect(badSet.status == 2 && badSet.standardError.contains("unknown setting 'colour'"))
+        let shown = try await cli.run(["set"])
+        #expect(shown.standardOutput.contains("max-concurrent  2") && shown.standardOutput.contains("speed-limit     unlimited"))
+        _ = await daemon.terminate()
+
+        let stopped = try await cli.run(["ls"])
+        #expect(stopped.status == 1 && stopped.standardError.contains("hauld is not running"))
+        let restarted = try await cli.run(["ls", "--start"])
+        #expect(restarted.status == 0 && restarted.standardError.contains("started hauld"))
+        #expect(restarted.standardOutput.contains("Downloading (0)"))
+    }
+
+    @Test("The web API needs the token, refuses cross-site writes and foreign host names")
+    func webAPIGuard() async throws {
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let cli = HaulCLI(daemon: daemon)
+        let ui = try await cli.run(["ui"])
+        #expect(ui.status == 0)
+        let address = ui.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
+        let parts = address.components(separatedBy: "/#token=")
+        try #require(parts.count == 2 && parts[0].hasPrefix("http://127.0.0.1:"))
+        let base = parts[0]
+        let token = parts[1]
+        #expect(token.count == 64)
+        let tokenFile = daemon.dataDirectory.appendingPathComponent("web-token").path
+        let mode = (try FileManager.default.attributesOfItem(atPath: tokenFile)[.posixPermissions] as? NSNumber)?.intValue
+        #expect(mode == 0o600)
+
+        func send(_ method: String, _ path: String, headers: [String: String] = [:], body: String? = nil) async throws -> (Int, String) {
+            var request = URLRequest(url: URL(string: base + path)!)
+            request.httpMethod = method
+            for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+            request.httpBody = body.map { Data($0.utf8) }
+            let (data, response) = try await URLSession.shared.data(for: request)
+            return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self))
+        }
+        let auth = ["Authorization": "Bearer \(token)"]
+        #expect(try await send("GET", "/").0 == 200, "the page itself holds no data")
+        #expect(try await send("GET", "/api/downloads").0 == 401)
+        #expect(try await send("GET", "/api/downloads", headers: ["Authorization": "Bearer " + String(repeating: "0", count: 64)]).0 == 401)
+        #expect(try await send("GET", "/api/downloads", headers: auth).0 == 200)
+        #expect(try await send("GET", "/api/downloads?token=\(token)").0 == 401, "only the event stream takes the token in the URL")
+        let json = auth.merging(["Content-Type": "application/json"]) { a, _ in a }
+        let crossSite = try await send("POST", "/api/downloads", headers: json.merging(["Origin": "http://evil.example"]) { a, _ in a }, body: #"{"urls":["http://127.0.0.1:1/x"]}"#)
+        #expect(crossSite.0 == 403)
+        let form = try await send("POST", "/api/downloads", headers: auth.merging(["Content-Type": "application/x-www-form-urlencoded"]) { a, _ in a }, body: "urls=x")
+        #expect(form.0 == 400 && form.1.contains("send JSON"))
+        let malformed = try await send("POST", "/api/downloads", headers: json, body: "{not json")
+        #expect(malformed.0 == 400 && malformed.1.contains("malformed JSON"))
+        let unknown = try await send("POST", "/api/downloads/77/pause", headers: auth)
+        #expect(unknown.0 == 404)
+        let rebinding = try await send("GET", "/api/downloads", headers: auth.merging(["Host": "attacker.example"]) { a, _ in a })
+        #expect(rebinding.0 == 421)
+        #expect(try await cli.list().isEmpty)
+        _ = await daemon.terminate()
+    }
+}
