@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""The web UI in a real headless Chromium, against a real hauld and the loopback test server.
+
+Adds a download from the page, watches its progress bar move, pauses and resumes it, sees it
+arrive in Finished with the right size, checks the file's SHA-256 against the server's entity,
+and checks that a bad URL gets an error in the Add dialog. Saves a screenshot of each tab (and
+of the dialog) to test-artifacts/web-ui/.
+
+Run by scripts/test after the Swift tests; needs the built binaries in .build/debug.
+"""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("HAUL_BIN_DIR", os.path.join(ROOT, ".build", "debug"))
+ARTIFACTS = os.path.join(ROOT, "test-artifacts", "web-ui")
+SIZE = 6_000_000
+
+
+def chromium_binary():
+    for candidate in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"):
+        if os.path.exists(candidate):
+            return candidate
+    raise RuntimeError("no chromium found (apt-get install chromium chromium-driver)")
+
+
+class WebUITest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        cls.tmp = tempfile.mkdtemp(prefix="haul-webui-")
+        cls.downloads = os.path.join(cls.tmp, "downloads")
+        cls.env = dict(os.environ)
+        cls.env.update({
+            "HAUL_DATA_DIR": os.path.join(cls.tmp, "data"),
+            "HAUL_RUNTIME_DIR": os.path.join(cls.tmp, "run"),
+            "HAUL_DAEMON_PATH": os.path.join(BIN, "hauld"),
+            "XDG_DOWNLOAD_DIR": cls.downloads,
+        })
+        cls.server = subprocess.Popen([os.path.join(BIN, "haul-test-server"), "0"], stdout=subprocess.PIPE, text=True)
+        line = cls.server.stdout.readline()
+        cls.port = int(line.strip().rsplit(":", 1)[1])
+        cls.log = open(os.path.join(cls.tmp, "hauld.log"), "w")
+        cls.daemon = subprocess.Popen(
+            [os.path.join(BIN, "hauld"), "--web-port", "0"], env=cls.env, stdout=cls.log, stderr=cls.log
+        )
+        cls.address = None
+        deadline = time.time() + 30
+        while time.time() < deadline and cls.address is None:
+            result = subprocess.run([os.path.join(BIN, "haul"), "ui"], env=cls.env, capture_output=True, text=True)
+            if result.returncode == 0 and "#token=" in result.stdout:
+                cls.address = result.stdout.strip()
+            else:
+                time.sleep(0.1)
+        assert cls.address, "hauld's web UI did not come up"
+        assert cls.address.startswith("http://127.0.0.1:"), cls.address
+
+        options = webdriver.ChromeOptions()
+        options.binary_location = chromium_binary()
+        for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                         "--window-size=412,915", "--no-proxy-server", "--disable-background-networking"):
+            options.add_argument(argument)
+        service = Service(executable_path="/usr/bin/chromedriver") if os.path.exists("/usr/bin/chromedriver") else Service()
+        cls.driver = webdriver.Chrome(service=service, options=options)
+        cls.wait = WebDriverWait(cls.driver, 30, poll_frequency=0.05)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.driver.quit()
+        finally:
+            cls.daemon.send_signal(signal.SIGTERM)
+            try:
+                cls.daemon.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                cls.daemon.kill()
+            cls.server.kill()
+            cls.server.wait()
+            cls.log.close()
+
+    def url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.port, path)
+
+    def row(self, download_id):
+        return self.driver.find_element(By.CSS_SELECTOR, '.row[data-id="%s"]' % download_id)
+
+    def row_attribute(self, download_id, name):
+        try:
+            return self.row(download_id).get_attribute(name)
+        except Exception:
+            return None
+
+    def screenshot(self, name):
+        path = os.path.join(ARTIFACTS, name)
+        self.driver.save_screenshot(path)
+        self.assertGreater(os.path.getsize(path), 1000, "screenshot %s is empty" % name)
+
+    def test_add_watch_pause_resume_finish(self):
+        driver = self.driver
+        driver.get(self.address)
+        self.wait.until(lambda d: d.find_element(By.ID, "status").text.startswith("live"))
+        self.assertNotIn("token", driver.current_url, "the token is taken out of the address bar")
+
+        # A bad URL: the dialog says why and nothing is added.
+        driver.find_element(By.ID, "add-button").click()
+        self.wait.until(EC.visibility_of_element_located((By.ID, "add-urls")))
+        driver.find_element(By.ID, "add-urls").send_keys("ftp://example.org/file.iso")
+        driver.find_element(By.ID, "add-submit").click()
+        error = self.wait.until(EC.visibility_of_element_located((By.ID, "add-error")))
+        self.assertIn("not an http or https URL", error.text)
+        self.screenshot("add-dialog-error.png")
+
+        # A real, slow download (1.5 MB/s): its progress must move on the page.
+        urls = driver.find_element(By.ID, "add-urls")
+        urls.clear()
+        urls.send_keys(self.url("/file/webui.bin?size=%d&seed=77&rate=1500000" % SIZE))
+        driver.find_element(By.ID, "add-submit").click()
+        self.wait.until(EC.invisibility_of_element_located((By.ID, "add-dialog")))
+        self.wait.until(lambda d: self.row_attribute(1, "data-state") == "active")
+        self.wait.until(lambda d: int(self.row_attribute(1, "data-bytes") or 0) > 0)
+        first = int(self.row_attribute(1, "data-bytes"))
+        self.wait.until(lambda d: int(self.row_attribute(1, "data-bytes") or 0) > first + 300_000)
+        width = self.row(1).find_element(By.CSS_SELECTOR, ".fill").value_of_css_property("width")
+        self.assertNotEqual(width, "0px", "the progress bar moved")
+        self.assertIn("/s", self.row(1).find_element(By.CSS_SELECTOR, ".speed").text)
+        self.screenshot("downloading-tab.png")
+
+        # Pause: the state changes and the bytes stop moving.
+        self.row(1).find_element(By.CSS_SELECTOR, ".pause").click()
+        self.wait.until(lambda d: self.row_attribute(1, "data-state") == "paused")
+        time.sleep(0.6)
+        paused_bytes = int(self.row_attribute(1, "data-bytes"))
+        time.sleep(1.0)
+        self.assertEqual(int(self.row_attribute(1, "data-bytes")), paused_bytes, "paused means no progress")
+        self.assertLess(paused_bytes, SIZE)
+        self.screenshot("downloading-tab-paused.png")
+
+        # Resume: it goes on and arrives in Finished with the right size.
+        self.row(1).find_element(By.CSS_SELECTOR, ".resume").click()
+        self.wait.until(lambda d: self.row_attribute(1, "data-state") in ("active", "complete"))
+        WebDriverWait(driver, 60, poll_frequency=0.1).until(
+            lambda d: d.find_element(By.ID, "count-finished").text == "1")
+        driver.find_element(By.ID, "tab-finished").click()
+        finished = self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '#list-finished .row[data-id="1"]'))
+        self.assertEqual(finished.get_attribute("data-state"), "complete")
+        self.assertEqual(int(finished.get_attribute("data-bytes")), SIZE)
+        self.assertIn("5.7 MiB / 5.7 MiB", finished.find_element(By.CSS_SELECTOR, ".bytes").text)
+        self.assertEqual(driver.find_element(By.ID, "count-downloading").text, "0")
+        self.screenshot("finished-tab.png")
+
+        # The file on disk is the server's entity.
+        path = os.path.join(self.downloads, "webui.bin")
+        self.assertEqual(os.path.getsize(path), SIZE)
+        with open(path, "rb") as handle:
+            local = hashlib.sha256(handle.read()).hexdigest()
+        with urllib.request.urlopen(self.url("/file/webui.bin?size=%d&seed=77" % SIZE)) as response:
+            remote = hashlib.sha256(response.read()).hexdigest()
+        self.assertEqual(local, remote)
+        # It continued from the paused bytes rather than starting over.
+        listing = json.loads(subprocess.run([os.path.join(BIN, "haul"), "ls", "--json"], env=self.env,
+                                            capture_output=True, text=True, check=True).stdout)
+        self.assertEqual([(d["id"], d["state"], d["bytesDone"]) for d in listing], [(1, "complete", SIZE)])
+
+    def test_phone_layout_fits(self):
+        driver = self.driver
+        driver.get(self.address.split("#")[0])  # the token stays in this tab's session storage
+        self.wait.until(lambda d: d.find_element(By.ID, "status").text.startswith("live"))
+        overflow = driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+        self.assertLessEqual(overflow, 0, "no horizontal scrolling on a phone-sized screen")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
