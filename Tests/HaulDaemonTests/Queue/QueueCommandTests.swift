@@ -140,6 +140,36 @@ struct QueueCommandTests {
         #expect(restarted.standardOutput.contains("Downloading (0)"))
     }
 
+    @Test("haul watch prints the queue and redraws it as it changes")
+    func watch() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let cli = HaulCLI(daemon: daemon)
+        let process = Process()
+        process.executableURL = HaulCLI.executable
+        process.arguments = ["watch"]
+        process.environment = ProcessInfo.processInfo.environment.merging([
+            "HAUL_DATA_DIR": daemon.dataDirectory.path, "HAUL_RUNTIME_DIR": daemon.runtimeDirectory.path,
+        ]) { _, new in new }
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        try await Task.sleep(for: .milliseconds(400))
+        let target = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("w")
+        _ = try await cli.run(["add", "--dir", target.path, server.url("/file/watched.bin?size=300000&rate=600000").absoluteString])
+        #expect(await waitUntil { FileManager.default.fileExists(atPath: target.appendingPathComponent("watched.bin").path) })
+        try await Task.sleep(for: .milliseconds(300))
+        process.terminate()
+        let text = String(decoding: await blocking { output.fileHandleForReading.readDataToEndOfFile() }, as: UTF8.self)
+        await blocking { process.waitUntilExit() }
+        #expect(text.hasPrefix("Downloading (0)"), "the empty queue first")
+        #expect(text.contains("active") && text.contains("watched.bin"), "then the download while it runs")
+        #expect(text.contains("Finished (1)"), "then finished")
+        _ = await daemon.terminate()
+    }
+
     @Test("The web API needs the token, refuses cross-site writes and foreign host names")
     func webAPIGuard() async throws {
         let daemon = try DaemonProcess()
