@@ -81,6 +81,10 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
             var headers: [(String, String)] = []
             if let retryAfter = query["retryAfter"] { headers.append(("Retry-After", retryAfter)) }
             self.respond(context: context, status: HTTPResponseStatus(statusCode: code), headers: headers, body: "status \(code)\n")
+        case "stats":
+            let stats = self.server.bodyBytesPerKey
+            let body = "{" + stats.sorted { $0.key < $1.key }.map { "\"\($0.key)\":\($0.value)" }.joined(separator: ",") + "}"
+            self.respond(context: context, status: .ok, headers: [], body: body)
         case "echo":
             var headers = HTTPHeaders()
             headers.add(name: "Content-Type", value: "application/octet-stream")

@@ -115,6 +115,9 @@ public final class FaultInjectingHTTPServer: Sendable {
     /// Body bytes sent for the counter key `key`, over all responses.
     public func bodyBytesSent(forKey key: String) -> Int64 { self.state.withLock { $0.bodyBytesPerKey[key] ?? 0 } }
 
+    /// Body bytes sent per key, for every key (served as JSON at `/stats` for scripts).
+    public var bodyBytesPerKey: [String: Int64] { self.state.withLock { $0.bodyBytesPerKey } }
+
     /// The most connections that were open at once.
     public var peakOpenConnections: Int { self.state.withLock { $0.peakOpenConnections } }
 

@@ -114,8 +114,11 @@ extension DownloadQueue {
         self.work.async {
             guard self.state.withLock({ $0.running[id]?.transfer === transfer }) else { return }
             do {
+                guard store else {
+                    if broadcast, let current = try self.store.download(id: id) { self.publish(.changed(self.info(for: current))) }
+                    return
+                }
                 let updated = try self.store.updateDownload(id: id) { download in
-                    guard store else { return }
                     download.bytesDone = point?.offset ?? 0
                     download.totalBytes = total
                     download.entityTag = point?.validators.entityTag

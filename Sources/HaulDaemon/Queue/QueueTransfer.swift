@@ -28,7 +28,9 @@ final class QueueTransfer: TransferRunObserver, Sendable {
     init(queue: DownloadQueue, download: StoredDownload, startingAt offset: Int64) {
         self.queue = queue
         self.downloadID = download.id!
-        self.live = Mutex(Live(bytesDone: offset, totalBytes: download.totalBytes, currentURL: download.url, checkpointedBytes: offset))
+        var live = Live(bytesDone: offset, totalBytes: download.totalBytes, currentURL: download.url, checkpointedBytes: offset)
+        live.validators = EntityValidators(entityTag: download.entityTag, lastModified: download.lastModified)
+        self.live = Mutex(live)
     }
 
     private static func now() -> Double {
@@ -41,7 +43,8 @@ final class QueueTransfer: TransferRunObserver, Sendable {
         let validators = EntityValidators(headers: response.headers)
         let name = FileNaming.suggestedFilename(contentDisposition: response.headers["Content-Disposition"], url: response.url)
         self.live.withLock { live in
-            live.validators = validators
+            // A 206 without validators continues the entity whose validators are on record.
+            if validators.ifRangeValue != nil || response.statusCode != 206 { live.validators = validators }
             live.totalBytes = expectedTotal
             live.currentURL = response.url
             live.suggestedName = name
