@@ -237,9 +237,11 @@ struct DownloadQueueTests {
         }
         let paused = try await first.queue.add(urls: [server.url("/file/p?size=1000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil, paused: true)
         _ = try await first.wait(for: slow[0]) { $0.bytesDone > 700_000 }
+        _ = try await first.queue.set("max-concurrent", to: "2")
         await first.close()
 
         let second = try QueueHarness(root: first.root)
+        #expect(second.queue.settings.maximumConcurrentDownloads == 2, "settings survive the restart")
         let listed = try await second.queue.list()
         #expect(listed.map(\.id) == [quick.id] + slow + [paused.id], "history and queue survive the restart")
         #expect(listed.first?.state == .complete)
@@ -250,6 +252,7 @@ struct DownloadQueueTests {
             #expect(server.bodyBytesSent(forKey: "r\(index)") <= 2_500_000 + 1_400_000, "continued, not restarted")
         }
         #expect(server.requests.contains { $0.uri.contains("/file/r0") && $0.header("Range") != nil })
+        #expect(second.peakActive.withLock { $0 } <= 2, "the concurrency limit holds after the restart")
         #expect(try await second.queue.list().count == 5)
         #expect(try await second.queue.purge() == 4)
         #expect(try await second.queue.list().map(\.id) == [paused.id])
@@ -310,10 +313,10 @@ struct SmallDisk {
 
     static var canMount: Bool { getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/bin/mount") }
 
-    init(megabytes: Int) throws {
+    init(megabytes: Int, options: String? = nil) throws {
         self.path = FileManager.default.temporaryDirectory.appendingPathComponent("haul-small-disk-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: self.path, withIntermediateDirectories: true)
-        try Self.mount(["-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", self.path])
+        try Self.mount(["-t", "tmpfs", "-o", "size=\(megabytes)m" + (options.map { ",\($0)" } ?? ""), "tmpfs", self.path])
     }
 
     func grow(toMegabytes megabytes: Int) throws {
@@ -365,6 +368,25 @@ struct FullDiskTests {
         let ranges = server.requests.filter { $0.uri.contains("big.bin") }.compactMap { $0.header("Range") }
         #expect(ranges == ["bytes=\(failed.bytesDone)-"], "continued from the kept bytes: \(ranges)")
         #expect(server.bodyBytesSent(forKey: "big.bin") - sentBefore == size - failed.bytesDone)
+        await harness.close()
+    }
+}
+
+@Suite("Download queue: a read-only destination", .serialized)
+struct ReadOnlyDestinationTests {
+    @Test("A directory that cannot be written is refused when the download is added", .enabled(if: SmallDisk.canMount))
+    func readOnly() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let disk = try SmallDisk(megabytes: 1, options: "ro")
+        defer { disk.unmount() }
+        let harness = try QueueHarness()
+        do {
+            _ = try await harness.queue.add(urls: [server.url("/file/ro?size=10")], directory: disk.path, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+            Issue.record("a read-only directory was accepted")
+        } catch let error as DaemonError {
+            #expect(error.description == "cannot write to \(disk.path): Read-only file system")
+        }
+        #expect(try await harness.queue.list().isEmpty)
         await harness.close()
     }
 }
