@@ -69,6 +69,42 @@ struct GetCommandTests {
         try await server.shutdown()
     }
 
+    @Test("kill -9 of haul get loses at most the bytes before its checkpoint; the next run continues from the partial file")
+    func crashAndContinue() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let size: Int64 = 6_000_000
+        let url = server.url("/file/crash.iso?size=\(size)&seed=43&rate=3000000").absoluteString
+        let first = HaulProcess(["get", url], directory: directory)
+        try first.start()
+        let partial = directory.appendingPathComponent("crash.iso.haul-part").path
+        let checkpoint = directory.appendingPathComponent("crash.iso.haul-resume").path
+        #expect(await waitUntil { (fileSize(partial) ?? 0) > 2_000_000 && FileManager.default.fileExists(atPath: checkpoint) })
+        kill(first.process.processIdentifier, SIGKILL)
+        _ = await first.wait()
+        let kept = try #require(fileSize(partial))
+        let sentBefore = server.bodyBytesSent(forKey: "crash.iso")
+
+        let second = try await HaulProcess.run(["get", url], directory: directory)
+        #expect(second.status == 0, "\(second.standardError)")
+        #expect(second.standardError.contains("continuing at"), "\(second.standardError)")
+        #expect(listing(directory) == ["crash.iso"])
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("crash.iso").path) == TestContent.sha256Hex(size: size, seed: 43))
+        #expect(server.bodyBytesSent(forKey: "crash.iso") - sentBefore == size - kept, "everything on disk was kept")
+        #expect(server.requests.last?.header("Range") == "bytes=\(kept)-")
+        try await server.shutdown()
+    }
+
+    @Test("Small downloads write no checkpoint file at all")
+    func smallDownloadsSkipCheckpoints() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let result = try await HaulProcess.run(["get", server.url("/file/tiny.bin?size=300000").absoluteString], directory: directory)
+        #expect(result.status == 0)
+        #expect(listing(directory) == ["tiny.bin"])
+        try await server.shutdown()
+    }
+
     @Test("Resets and 503 with Retry-After are retried, resuming from the bytes on disk")
     func retries() async throws {
         let server = try await FaultInjectingHTTPServer.start()

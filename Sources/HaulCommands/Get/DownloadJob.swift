@@ -38,11 +38,18 @@ struct DownloadJob: Sendable {
         return FileManager.default.fileExists(atPath: path) ? path : nil
     }
 
-    /// The resume data of an earlier run for this URL, if any is usable.
+    /// The resume data of an earlier run for this URL, if any is usable, continuing at the
+    /// partial file's size: after a crash the file holds more than the checkpoint recorded (its
+    /// bytes are a prefix of the entity, written in order), after a clean stop exactly as much.
     func loadCheckpoint(reporter: ProgressReporter) -> Data? {
         guard let data = FileManager.default.contents(atPath: self.checkpointPath) else { return nil }
         do {
-            let decoded = try ResumeData.decode(data)
+            var decoded = try ResumeData.decode(data)
+            guard let onDisk = fileSize(self.partialPath), onDisk > 0 else {
+                reporter.note("\(self.checkpointPath) has no partial file left; starting over")
+                return nil
+            }
+            decoded.resumePoint.offset = min(onDisk, decoded.resumePoint.entityLength ?? onDisk)
             guard decoded.originalURL == self.url || decoded.url == self.url else {
                 reporter.note("\(self.checkpointPath) belongs to another URL; starting over")
                 return nil
@@ -51,7 +58,7 @@ struct DownloadJob: Sendable {
                 reporter.note("\(self.checkpointPath) names another partial file; starting over")
                 return nil
             }
-            return data
+            return decoded.encoded()
         } catch {
             reporter.note("ignoring \(self.checkpointPath): \(error); starting over")
             return nil

@@ -33,7 +33,17 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         var continuation: CheckedContinuation<AttemptResult, Never>
         var job: DownloadJob
         var finished: AttemptResult?
+        var startedAt = ContinuousClock.now
+        /// Whether this attempt wrote its crash checkpoint already.
+        var checkpointed = false
     }
+
+    /// A crash (kill -9, power cut of the process) loses at most this many bytes or this much
+    /// time of a download: then its checkpoint is written, naming the partial file and the
+    /// entity's validators. Smaller, quicker downloads write none (they are cheaper to redo
+    /// than to checkpoint).
+    static let crashCheckpointBytes: Int64 = 1 << 20
+    static let crashCheckpointInterval: Duration = .seconds(1)
 
     let options: Options
     private let lock = NSLock()
@@ -228,6 +238,30 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         }
     }
 
+    /// Records the running download's resume data, so that a crash of `haul` loses at most
+    /// what came before the checkpoint. The next run continues from the partial file's size
+    /// (its bytes are a prefix of the entity: they are written in order), after `If-Range`
+    /// confirms the entity.
+    private func writeCrashCheckpoint(_ task: TransferSessionDownloadTask, job: DownloadJob, bytes: Int64, expected: Int64) {
+        guard let response = task.response as? HTTPURLResponse, let url = response.url else { return }
+        let headers = HTTPHeaderFields(response.allHeaderFields.compactMap { key, value in
+            (key as? String).map { ($0, "\(value)") }
+        })
+        guard RangeResumeRules.notResumableReason(method: "GET", status: response.statusCode, headers: headers) == nil || response.statusCode == 206 else {
+            return
+        }
+        let validators = EntityValidators(headers: headers)
+        guard validators.ifRangeValue != nil else { return }
+        let data = ResumeData(
+            url: url,
+            originalURL: job.url,
+            requestHeaders: HTTPHeaderFields(self.options.headers.map { ($0.0, $0.1) }),
+            partialFilePath: job.partialPath,
+            resumePoint: ResumePoint(offset: bytes, validators: validators, entityLength: expected > 0 ? expected : nil)
+        )
+        job.saveCheckpoint(data.encoded())
+    }
+
     // MARK: - Ctrl-C
 
     private func installInterruptHandler() -> any DispatchSourceSignal {
@@ -297,6 +331,15 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         totalBytesWritten: Int64,
         totalBytesExpectedToWrite: Int64
     ) {
+        let due = self.lock.withLock { () -> DownloadJob? in
+            guard let entry = self.pending[downloadTask.taskIdentifier], !entry.checkpointed else { return nil }
+            guard totalBytesWritten >= Self.crashCheckpointBytes || ContinuousClock.now - entry.startedAt >= Self.crashCheckpointInterval else {
+                return nil
+            }
+            self.pending[downloadTask.taskIdentifier]?.checkpointed = true
+            return entry.job
+        }
+        if let due { self.writeCrashCheckpoint(downloadTask, job: due, bytes: totalBytesWritten, expected: totalBytesExpectedToWrite) }
         guard let job = self.lock.withLock({ self.pending[downloadTask.taskIdentifier]?.job }) else { return }
         self.reporter.progress(
             task: downloadTask.taskIdentifier,
@@ -313,6 +356,8 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         didResumeAtOffset fileOffset: Int64,
         expectedTotalBytes: Int64
     ) {
+        // A new entity (offset 0) or a continuation: the next progress call records its checkpoint.
+        self.lock.withLock { self.pending[downloadTask.taskIdentifier]?.checkpointed = false }
         guard let job = self.lock.withLock({ self.pending[downloadTask.taskIdentifier]?.job }) else { return }
         if fileOffset > 0 {
             self.reporter.note("\(job.displayName): continuing at \(ByteCountFormatting.bytes(fileOffset))")
