@@ -1,3 +1,4 @@
+import Foundation
 import HaulCore
 import Testing
 
@@ -88,5 +89,35 @@ struct QueueCoreTests {
         #expect(unlimited.take(1 << 30, now: 0) == 0)
         bucket.setRate(bytesPerSecond: 0)
         #expect(bucket.isUnlimited)
+    }
+}
+
+@Suite("data: URLs and MIME types")
+struct DataURLTests {
+    @Test("RFC 2397 forms parse; malformed ones are refused")
+    func parsing() throws {
+        let plain = try DataURL(parsing: "data:,A%20brief%20note")
+        #expect(plain.mimeType == "text/plain" && plain.textEncodingName == "US-ASCII")
+        #expect(String(decoding: plain.bytes, as: UTF8.self) == "A brief note")
+        let image = try DataURL(parsing: "data:image/GIF;base64,R0lG")
+        #expect(image.mimeType == "image/gif" && image.bytes == Data("GIF".utf8))
+        let charset = try DataURL(parsing: "data:text/plain;charset=iso-8859-7,%be%d3%be")
+        #expect(charset.textEncodingName == "iso-8859-7")
+        #expect(charset.bytes == Data([0xBE, 0xD3, 0xBE]), "percent-encoded bytes need not be UTF-8")
+        #expect(throws: DataURL.ParseError.badPercentEncoding) { try DataURL(parsing: "data:,100%") }
+        let unpadded = try DataURL(parsing: "data:;base64,SGk")
+        #expect(unpadded.bytes == Data("Hi".utf8))
+        #expect(throws: DataURL.ParseError.notDataURL) { try DataURL(parsing: "http://x") }
+        #expect(throws: DataURL.ParseError.missingComma) { try DataURL(parsing: "data:text/plain") }
+        #expect(throws: DataURL.ParseError.badBase64) { try DataURL(parsing: "data:;base64,****") }
+    }
+
+    @Test("MIME types come from extensions, case-insensitively, with a safe default")
+    func mimeTypes() {
+        #expect(MIMEType.forPathExtension("PNG") == "image/png")
+        #expect(MIMEType.forPathExtension("json") == "application/json")
+        #expect(MIMEType.forPathExtension("unknownext") == "application/octet-stream")
+        #expect(MIMEType.textEncodingName(for: "text/csv") == "utf-8")
+        #expect(MIMEType.textEncodingName(for: "image/png") == nil)
     }
 }

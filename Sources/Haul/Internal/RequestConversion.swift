@@ -13,10 +13,16 @@ extension TransferRequest {
     ///   `URLError(.badURL)` for a URL without a host.
     init(_ request: URLRequest, additionalHeaders: [String: String], isDownload: Bool) throws(URLError) {
         guard let url = request.url else { throw URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: "the request has no URL"]) }
-        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
+        let scheme = url.scheme?.lowercased()
+        if scheme == "file" || scheme == "data" {
+            // Answered locally by the engine (see TransferRun.loadLocally), as URLSession does.
+            self.init(url: url, method: "GET")
+            return
+        }
+        guard let scheme, scheme == "http" || scheme == "https" else {
             throw URLError(
                 .unsupportedURL,
-                userInfo: [NSLocalizedDescriptionKey: "unsupported URL \(url.absoluteString): only http and https", NSURLErrorFailingURLErrorKey: url]
+                userInfo: [NSLocalizedDescriptionKey: "unsupported URL \(url.absoluteString): only http, https, file and data", NSURLErrorFailingURLErrorKey: url]
             )
         }
         guard let host = url.host, !host.isEmpty else {
@@ -47,7 +53,22 @@ extension TransferRequest {
 }
 
 extension ResponseInfo {
-    /// The Foundation response for this head.
+    /// The Foundation response: an `HTTPURLResponse`, or a plain `URLResponse` (with MIME type,
+    /// length, text encoding and suggested file name) for `file:` and `data:` URLs.
+    var urlResponse: URLResponse {
+        guard self.isLocal else { return self.httpURLResponse }
+        let contentType = self.headers["Content-Type"] ?? "application/octet-stream"
+        let parts = contentType.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
+        let encoding = parts.dropFirst().first { $0.lowercased().hasPrefix("charset=") }.map { String($0.dropFirst(8)) }
+        return URLResponse(
+            url: self.url,
+            mimeType: parts.first,
+            expectedContentLength: Int(self.headers["Content-Length"] ?? "") ?? -1,
+            textEncodingName: encoding
+        )
+    }
+
+    /// The Foundation HTTP response for this head.
     var httpURLResponse: HTTPURLResponse {
         var fields: [String: String] = [:]
         for field in self.headers.fields {

@@ -21,7 +21,7 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
 
     override var hasDelegateCallbacks: Bool { self.completionHandler == nil }
 
-    override func responseReceived(_ response: HTTPURLResponse, resumedAtOffset: Int64?, expectedTotal: Int64?) {
+    override func responseReceived(_ response: URLResponse, resumedAtOffset: Int64?, expectedTotal: Int64?) {
         guard self.completionHandler == nil else { return }
         let session = self.session
         let delivered = UncheckedSendable(response)

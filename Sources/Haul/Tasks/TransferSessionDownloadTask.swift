@@ -87,7 +87,7 @@ public final class TransferSessionDownloadTask: TransferSessionTask, @unchecked 
         try? FileManager.default.removeItem(atPath: self.filePath)
     }
 
-    override func responseReceived(_ response: HTTPURLResponse, resumedAtOffset: Int64?, expectedTotal: Int64?) {
+    override func responseReceived(_ response: URLResponse, resumedAtOffset: Int64?, expectedTotal: Int64?) {
         guard let offset = resumedAtOffset, self.hasDelegateCallbacks else { return }
         let session = self.session
         session.enqueueDelegateCall { delegate in
@@ -130,7 +130,7 @@ public final class TransferSessionDownloadTask: TransferSessionTask, @unchecked 
         let location = URL(fileURLWithPath: self.filePath)
         let path = self.filePath
         let handsOver = self.handsOverFile
-        let urlResponse = UncheckedSendable(self.response ?? response.httpURLResponse)
+        let urlResponse = UncheckedSendable(self.response ?? response.urlResponse)
         self.inner.withLock { $0.error = nil }
         if let handler = self.completionHandler {
             session.enqueueDelegateCall { _ in

@@ -210,7 +210,7 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
     var hasDelegateCallbacks: Bool { true }
 
     /// A final response head arrived (on an event loop).
-    func responseReceived(_ response: HTTPURLResponse, resumedAtOffset: Int64?, expectedTotal: Int64?) {}
+    func responseReceived(_ response: URLResponse, resumedAtOffset: Int64?, expectedTotal: Int64?) {}
 
     /// Data-task body bytes arrived (on an event loop).
     func bodyReceived(_ data: Data) {}
@@ -330,7 +330,7 @@ extension TransferSessionTask: TransferRunObserver {
         resumedAtOffset: Int64?,
         expectedTotal: Int64?
     ) {
-        let httpResponse = response.httpURLResponse
+        let httpResponse = response.urlResponse
         self.inner.withLock { inner in
             inner.response = httpResponse
             inner.countOfBytesReceived = resumedAtOffset ?? 0

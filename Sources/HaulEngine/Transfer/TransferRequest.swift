@@ -35,12 +35,16 @@ package struct ResponseInfo: Sendable, Hashable {
     package var headers: HTTPHeaderFields
     /// `HTTP/1.1`, `HTTP/2.0`, …
     package var httpVersion: String
+    /// A `file:` or `data:` answer made locally (`statusCode` 200, `Content-Type` and
+    /// `Content-Length` headers): clients show it as a plain `URLResponse`, not an HTTP one.
+    package var isLocal: Bool
 
-    package init(url: URL, statusCode: Int, headers: HTTPHeaderFields, httpVersion: String) {
+    package init(url: URL, statusCode: Int, headers: HTTPHeaderFields, httpVersion: String, isLocal: Bool = false) {
         self.url = url
         self.statusCode = statusCode
         self.headers = headers
         self.httpVersion = httpVersion
+        self.isLocal = isLocal
     }
 }
 

@@ -112,6 +112,9 @@ package final class TransferRun: Sendable {
         var request = self.initialRequest
         var visited = [request.url]
         defer { self.state.withLock { $0.file?.close(); $0.file = nil } }
+        if let scheme = request.url.scheme?.lowercased(), scheme == "file" || scheme == "data" {
+            return self.loadLocally(request.url)
+        }
         while true {
             if let stopped = self.stoppedOutcome() { return stopped }
             let host = Self.hostKey(request.url)
@@ -157,7 +160,7 @@ package final class TransferRun: Sendable {
         }
     }
 
-    private func stoppedOutcome() -> TransferOutcome? {
+    func stoppedOutcome() -> TransferOutcome? {
         self.state.withLock { state -> TransferOutcome? in
             guard let reason = state.stopReason else { return nil }
             let point = state.machine.transferStopped()
@@ -172,7 +175,7 @@ package final class TransferRun: Sendable {
         }
     }
 
-    private func failure(_ error: URLError) -> TransferOutcome {
+    func failure(_ error: URLError) -> TransferOutcome {
         self.state.withLock { state in
             .failed(error, response: state.lastResponse, resumePoint: state.machine.transferStopped())
         }
