@@ -35,6 +35,17 @@ public protocol TransferSessionTaskDelegate: TransferSessionDelegate {
         completionHandler: @escaping @Sendable (URLRequest?) -> Void
     )
 
+    /// Request body bytes were sent (uploads, and data tasks with a body): once per chunk of at
+    /// most 256 KiB, in order, before the response's callbacks. `totalBytesSent` starts over
+    /// when the body is sent again (a 307/308 redirect).
+    func urlSession(
+        _ session: TransferSession,
+        task: TransferSessionTask,
+        didSendBodyData bytesSent: Int64,
+        totalBytesSent: Int64,
+        totalBytesExpectedToSend: Int64
+    )
+
     /// The task completed: with `nil` on success (any HTTP status counts as success, as in
     /// URLSession), or with a `URLError`. Called exactly once per task, as its last call.
     /// A download that can continue carries resume data in the error's `userInfo` under
@@ -105,6 +116,14 @@ extension TransferSessionTaskDelegate {
     ) {
         completionHandler(request)
     }
+
+    public func urlSession(
+        _ session: TransferSession,
+        task: TransferSessionTask,
+        didSendBodyData bytesSent: Int64,
+        totalBytesSent: Int64,
+        totalBytesExpectedToSend: Int64
+    ) {}
 
     public func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {}
 }

@@ -364,6 +364,23 @@ extension TransferSessionTask: TransferRunObserver {
     /// The shortest time between two progress deliveries of one task.
     static let progressInterval = Duration.milliseconds(40)
 
+    package func transferRun(_ run: TransferRun, didSendBodyBytes byteCount: Int64, totalSent: Int64, expectedToSend: Int64) {
+        self.inner.withLock { inner in
+            inner.countOfBytesSent = totalSent
+            inner.countOfBytesExpectedToSend = expectedToSend
+        }
+        let session = self.session
+        session.enqueueDelegateCall { delegate in
+            (delegate as? any TransferSessionTaskDelegate)?.urlSession(
+                session,
+                task: self,
+                didSendBodyData: byteCount,
+                totalBytesSent: totalSent,
+                totalBytesExpectedToSend: expectedToSend
+            )
+        }
+    }
+
     package func transferRun(_ run: TransferRun, didReceive body: ByteBuffer) {
         self.bodyReceived(Data(buffer: body))
     }

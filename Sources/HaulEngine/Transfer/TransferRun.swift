@@ -252,25 +252,35 @@ package final class TransferRun: Sendable {
     }
 
     private func body(of request: TransferRequest) throws(URLError) -> HTTPClient.Body? {
+        let reader: any UploadBodyReader
+        let size: Int64
         switch request.body {
         case .none:
             return nil
         case .data(let data):
-            return .bytes(data)
+            reader = UploadDataReader(data: data)
+            size = Int64(data.count)
         case .file(let path):
-            guard let size = PartialFile.size(at: path), let handle = FileHandle(forReadingAtPath: path) else {
+            guard let fileSize = PartialFile.size(at: path), let handle = FileHandle(forReadingAtPath: path) else {
                 throw URLError(.fileDoesNotExist, userInfo: [NSLocalizedDescriptionKey: "cannot read the upload file \(path)"])
             }
-            let eventLoop = self.eventLoop
-            let reader = UploadFileReader(handle: handle)
-            return .stream(contentLength: size) { writer in
-                // Sequential 256 KiB reads, each written when the previous write completed.
-                @Sendable func writeNext() -> EventLoopFuture<Void> {
-                    guard let chunk = reader.next() else { return eventLoop.makeSucceededVoidFuture() }
-                    return writer.write(.byteBuffer(ByteBuffer(bytes: chunk))).flatMap { writeNext() }
+            reader = UploadFileReader(handle: handle)
+            size = fileSize
+        }
+        let eventLoop = self.eventLoop
+        return .stream(contentLength: size) { writer in
+            // Sequential 256 KiB chunks, each written when the previous write completed, each
+            // reported to the observer (`didSendBodyData`).
+            let sent = SentByteCounter()
+            @Sendable func writeNext() -> EventLoopFuture<Void> {
+                guard let chunk = reader.next() else { return eventLoop.makeSucceededVoidFuture() }
+                return writer.write(.byteBuffer(ByteBuffer(bytes: chunk))).flatMap {
+                    let total = sent.add(Int64(chunk.count))
+                    self.observer.transferRun(self, didSendBodyBytes: Int64(chunk.count), totalSent: total, expectedToSend: size)
+                    return writeNext()
                 }
-                return writeNext().always { _ in reader.close() }
             }
+            return writeNext().always { _ in reader.close() }
         }
     }
 
@@ -279,9 +289,47 @@ package final class TransferRun: Sendable {
     }
 }
 
+/// Counts the body bytes written so far.
+final class SentByteCounter: Sendable {
+    private let total = Mutex<Int64>(0)
+
+    func add(_ count: Int64) -> Int64 {
+        self.total.withLock { total in
+            total += count
+            return total
+        }
+    }
+}
+
+/// Reads an upload's body in order, one chunk of at most 256 KiB per call.
+protocol UploadBodyReader: Sendable {
+    func next() -> Data?
+    func close()
+}
+
+/// An in-memory body, cut into chunks so its progress can be reported.
+final class UploadDataReader: UploadBodyReader, @unchecked Sendable {
+    // @unchecked: `next()` calls are strictly sequential (each after the previous write completed).
+    private let data: Data
+    private var offset = 0
+
+    init(data: Data) {
+        self.data = data
+    }
+
+    func next() -> Data? {
+        guard self.offset < self.data.count else { return nil }
+        let end = min(self.data.count, self.offset + 256 * 1024)
+        defer { self.offset = end }
+        return self.data.subdata(in: (self.data.startIndex + self.offset)..<(self.data.startIndex + end))
+    }
+
+    func close() {}
+}
+
 /// Reads an upload's file in order, one chunk per call. Used by one request body at a time,
 /// whose writes are sequenced by their futures.
-final class UploadFileReader: @unchecked Sendable {
+final class UploadFileReader: UploadBodyReader, @unchecked Sendable {
     // @unchecked: `next()` calls are strictly sequential (each after the previous write completed).
     private let handle: FileHandle
 

@@ -32,4 +32,13 @@ package protocol TransferRunObserver: AnyObject, Sendable {
     /// thread; the run waits for the answer.
     func transferRun(_ run: TransferRun, willRedirect response: ResponseInfo, to request: TransferRequest) async
         -> TransferRequest?
+
+    /// Request body bytes were written to the connection (uploads). Called once per chunk of
+    /// at most 256 KiB, after the previous chunk's write completed; `totalSent` starts over when
+    /// a body is sent again (after a redirect that keeps it).
+    func transferRun(_ run: TransferRun, didSendBodyBytes byteCount: Int64, totalSent: Int64, expectedToSend: Int64)
+}
+
+extension TransferRunObserver {
+    package func transferRun(_ run: TransferRun, didSendBodyBytes byteCount: Int64, totalSent: Int64, expectedToSend: Int64) {}
 }

@@ -9,6 +9,7 @@ final class RecordingDelegate: TransferSessionDownloadDelegate, TransferSessionD
         case redirect(from: Int, to: String)
         case resumed(offset: Int64, expected: Int64)
         case wrote(total: Int64, expected: Int64)
+        case sent(total: Int64, expected: Int64)
         case finished(sha256: String, size: Int64)
         case response(status: Int)
         case data(Int)
@@ -42,6 +43,16 @@ final class RecordingDelegate: TransferSessionDownloadDelegate, TransferSessionD
     var events: [Event] { self.lock.withLock { self.storedEvents } }
     var receivedData: Data { self.lock.withLock { self.storedData } }
     func keptFile(for task: TransferSessionTask) -> URL? { self.lock.withLock { self.keptFiles[task.taskIdentifier] } }
+
+    func urlSession(
+        _ session: TransferSession,
+        task: TransferSessionTask,
+        didSendBodyData bytesSent: Int64,
+        totalBytesSent: Int64,
+        totalBytesExpectedToSend: Int64
+    ) {
+        self.record(.sent(total: totalBytesSent, expected: totalBytesExpectedToSend))
+    }
 
     private func record(_ event: Event) {
         self.lock.withLock {
