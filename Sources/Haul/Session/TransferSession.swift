@@ -697,11 +697,11 @@ public final class TransferSession: Sendable {
         return task
     }
 
-    func makeDataTask(request: URLRequest, completionHandler: TransferSessionDataTask.CompletionHandler?)
+    func makeDataTask(request: URLRequest, completionHandler: TransferSessionDataTask.CompletionHandler?, sink: DataTaskSink? = nil)
         -> TransferSessionDataTask
     {
         let task = self.register { identifier in
-            TransferSessionDataTask(session: self, identifier: identifier, request: request, completionHandler: completionHandler)
+            TransferSessionDataTask(session: self, identifier: identifier, request: request, completionHandler: completionHandler, sink: sink)
         }
         self.prepare(task, request: request, isDownload: false)
         if self.isBackground { task.inner.withLock { $0.creationError = self.unsupportedInBackground("data tasks") } }

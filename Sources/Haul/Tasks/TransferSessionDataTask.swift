@@ -13,15 +13,22 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
     typealias CompletionHandler = @Sendable (Data?, URLResponse?, (any Error)?) -> Void
 
     private let completionHandler: CompletionHandler?
+    /// Set for `bytes(for:)`: the body streams to it as it arrives, no delegate calls.
+    let sink: DataTaskSink?
 
-    init(session: TransferSession, identifier: Int, request: URLRequest?, completionHandler: CompletionHandler?) {
+    init(session: TransferSession, identifier: Int, request: URLRequest?, completionHandler: CompletionHandler?, sink: DataTaskSink? = nil) {
         self.completionHandler = completionHandler
+        self.sink = sink
         super.init(session: session, identifier: identifier, kind: .data, request: request)
     }
 
-    override var hasDelegateCallbacks: Bool { self.completionHandler == nil }
+    override var hasDelegateCallbacks: Bool { self.completionHandler == nil && self.sink == nil }
 
     override func responseReceived(_ response: URLResponse, resumedAtOffset: Int64?, expectedTotal: Int64?) {
+        if let sink = self.sink {
+            sink.response(response)
+            return
+        }
         guard self.completionHandler == nil else { return }
         let session = self.session
         let delivered = UncheckedSendable(response)
@@ -70,6 +77,11 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
     }
 
     override func bodyReceived(_ data: Data) {
+        if let sink = self.sink {
+            self.inner.withLock { $0.countOfBytesReceived += Int64(data.count) }
+            sink.data(data)
+            return
+        }
         let session = self.session
         self.inner.withLock { inner in
             inner.countOfBytesReceived += Int64(data.count)
@@ -94,6 +106,10 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
 
     override func deliverCompletion(error: (any Error)?) {
         let session = self.session
+        if let sink = self.sink {
+            sink.completion(error)
+            return
+        }
         if let handler = self.completionHandler {
             let (data, response) = self.inner.withLock { ($0.receivedData, UncheckedSendable($0.response)) }
             session.enqueueDelegateCall { _ in handler(error == nil ? data : nil, response.value, error) }
@@ -113,6 +129,14 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
         }
         if !deferred { session.enqueueDelegateCall { _ in deliver() } }
     }
+}
+
+/// Where a streaming data task (`bytes(for:)`) sends what it receives. Called on the task's
+/// event loop, in order: `response` once, `data` per chunk, `completion` once, last.
+struct DataTaskSink: Sendable {
+    var response: @Sendable (URLResponse) -> Void
+    var data: @Sendable (Data) -> Void
+    var completion: @Sendable ((any Error)?) -> Void
 }
 
 /// A data task whose request carries a body, as `URLSessionUploadTask`.
