@@ -163,13 +163,16 @@ struct SessionBehaviourTests {
 
     @Test("timeoutIntervalForResource bounds the whole task")
     func resourceTimeout() async throws {
-        let env = try await TestEnvironment.make { $0.timeoutIntervalForResource = 1 }
+        // 3 s: long enough for the first 200 kB to arrive even on a loaded 2-core machine.
+        let env = try await TestEnvironment.make { $0.timeoutIntervalForResource = 3 }
         // The server sends 200 kB and then nothing: only the resource timeout can end the task.
         let task = env.session.downloadTask(with: env.server.url("/file/forever?size=10000000&stallAfter=200000"))
         task.resume()
+        let started = ContinuousClock.now
         let error = try #require(await env.delegate.completion(of: task) as? URLError)
         #expect(error.code == .timedOut)
-        #expect(error.userInfo[TransferSessionDownloadTaskResumeData] != nil)
+        #expect(ContinuousClock.now - started < .seconds(10), "the resource timeout, not the 60 s idle timeout, ended it")
+        #expect(error.userInfo[TransferSessionDownloadTaskResumeData] != nil, "the 200 kB received can be resumed")
         try await env.finish()
     }
 
