@@ -3,6 +3,7 @@ import HaulCore
 import Logging
 import NIOCore
 import NIOPosix
+import Synchronization
 
 /// Runs transfers for one session: owns the HTTP client (its connection pool), the per-host
 /// connection limit and the redirect rules. Create one per session; call ``shutdown()`` once.
@@ -22,14 +23,22 @@ package final class TransferEngine: Sendable {
     }
 
     let client: HTTPClient
+    /// For data transfers: decodes gzip and deflate bodies, as URLSession does for data tasks
+    /// (downloads keep the representation as sent, so they use ``client``). Created on first use.
+    private let decodingClientBox: Mutex<HTTPClient?> = Mutex(nil)
+    private let clientConfiguration: HTTPClient.Configuration
     /// The loop all of this engine's transfers run on.
     package let eventLoop: any EventLoop
     package let limiter: HostConnectionLimiter
     let redirectPolicy: RedirectPolicy
     package let configuration: Configuration
 
-    package init(configuration: Configuration) {
+    /// The session's cookie storage, when it sends and keeps cookies.
+    package let cookieJar: (any TransferCookieJar)?
+
+    package init(configuration: Configuration, cookieJar: (any TransferCookieJar)? = nil) {
         self.configuration = configuration
+        self.cookieJar = cookieJar
         var pool = HTTPClient.Configuration.ConnectionPool(
             idleTimeout: .seconds(60),
             concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, configuration.maximumConnectionsPerHost)
@@ -52,13 +61,27 @@ package final class TransferEngine: Sendable {
         // Sessions spread over the loops of the shared group.
         self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         self.client = HTTPClient(eventLoopGroup: self.eventLoop, configuration: clientConfiguration)
+        self.clientConfiguration = clientConfiguration
         self.limiter = HostConnectionLimiter(limit: configuration.maximumConnectionsPerHost)
         self.redirectPolicy = RedirectPolicy(maximumRedirects: configuration.maximumRedirects)
     }
 
-    /// Closes the connection pool. In-flight requests fail.
+    /// The client that decodes `Content-Encoding` (gzip, deflate) for data transfers.
+    var decodingClient: HTTPClient {
+        self.decodingClientBox.withLock { box in
+            if let client = box { return client }
+            var configuration = self.clientConfiguration
+            configuration.decompression = .enabled(limit: .none)
+            let client = HTTPClient(eventLoopGroup: self.eventLoop, configuration: configuration)
+            box = client
+            return client
+        }
+    }
+
+    /// Closes the connection pools. In-flight requests fail.
     package func shutdown() async {
         try? await self.client.shutdown()
+        if let decoding = self.decodingClientBox.withLock({ $0 }) { try? await decoding.shutdown() }
     }
 
     private static func nanoseconds(_ duration: Duration) -> Int64 {

@@ -81,6 +81,15 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
             var headers: [(String, String)] = []
             if let retryAfter = query["retryAfter"] { headers.append(("Retry-After", retryAfter)) }
             self.respond(context: context, status: HTTPResponseStatus(statusCode: code), headers: headers, body: "status \(code)\n")
+        case "setcookie":
+            // Each `c` query item is one Set-Cookie value; with `to`, the answer is a 302 there.
+            var headers = (components?.queryItems ?? []).filter { $0.name == "c" }.map { ("Set-Cookie", $0.value ?? "") }
+            if let target = query["to"] {
+                headers.append(("Location", target))
+                self.respond(context: context, status: .found, headers: headers, body: "cookies\n")
+            } else {
+                self.respond(context: context, status: .ok, headers: headers, body: "cookies\n")
+            }
         case "stats":
             let stats = self.server.bodyBytesPerKey
             let body = "{" + stats.sorted { $0.key < $1.key }.map { "\"\($0.key)\":\($0.value)" }.joined(separator: ",") + "}"

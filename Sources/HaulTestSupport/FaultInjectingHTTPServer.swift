@@ -27,6 +27,8 @@ import Synchronization
 ///   - `fail503=T&retryAfter=S` — the first `T` requests are answered 503 with `Retry-After: S`.
 ///   - `chunked=1` — no `Content-Length`, chunked transfer coding.
 ///   - `gzip=1` — gzip content coding when the client accepts it.
+/// - `/setcookie?c=VALUE&c=…[&to=PATH]` answers with one `Set-Cookie` per `c` (a 302 to `to`
+///   when given); `/stats` answers with the body bytes sent per key, as JSON.
 ///   - `lieLength=L` — announce `Content-Length: L` but send `size` bytes and close.
 ///   - `disposition=V` — send `Content-Disposition: V`.
 /// - `GET /redirect/N?to=PATH&status=302` — a chain of `N` redirects ending at `PATH`.

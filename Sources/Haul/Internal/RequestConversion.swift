@@ -38,6 +38,8 @@ extension TransferRequest {
         if !headers.contains("User-Agent") { headers.add(name: "User-Agent", value: HaulVersion.userAgent) }
         // A download saves the representation as the server stores it, like wget.
         if isDownload, !headers.contains("Accept-Encoding") { headers.add(name: "Accept-Encoding", value: "identity") }
+        // A data task's body is decoded transparently (gzip, deflate), as URLSession does.
+        if !isDownload, !headers.contains("Accept-Encoding") { headers.add(name: "Accept-Encoding", value: "gzip, deflate") }
         let body: TransferRequest.Body = request.httpBody.map { .data($0) } ?? .none
         self.init(url: url, method: request.httpMethod ?? "GET", headers: headers, body: body)
     }

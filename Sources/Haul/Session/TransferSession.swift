@@ -92,7 +92,10 @@ public final class TransferSession: Sendable {
         engineConfiguration.connectTimeout = .milliseconds(Int64(min(copy.timeoutIntervalForRequest, 30) * 1000))
         engineConfiguration.maximumConnectionsPerHost = copy.httpMaximumConnectionsPerHost
         engineConfiguration.maximumRedirects = copy.maximumRedirects
-        self.engine = TransferEngine(configuration: engineConfiguration)
+        let cookieJar = copy.httpCookieStorage.map {
+            SessionCookieJar(storage: $0, sendsCookies: copy.httpShouldSetCookies, acceptPolicy: copy.httpCookieAcceptPolicy)
+        }
+        self.engine = TransferEngine(configuration: engineConfiguration, cookieJar: cookieJar)
         self.isShared = isShared
         switch copy.kind {
         case .default:

@@ -75,8 +75,22 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     /// arguments. The identifier is in the environment as `HAUL_SESSION_IDENTIFIER`.
     public var launchCommand: [String]?
 
+    /// The cookie store: ``TransferCookieStorage/shared`` (on disk) for `.default`, a private
+    /// store in memory for `.ephemeral`; `nil` for no cookies at all.
+    public var httpCookieStorage: TransferCookieStorage?
+    /// Whether requests carry the store's cookies. Default `true`.
+    public var httpShouldSetCookies: Bool = true
+    /// Which responses may set cookies. Default `.onlyFromMainDocumentDomain` (as URLSession;
+    /// a request without a `mainDocumentURL` may set cookies for its own domain).
+    public var httpCookieAcceptPolicy: HTTPCookie.AcceptPolicy = .onlyFromMainDocumentDomain
+
     init(kind: Kind) {
         self.kind = kind
+        switch kind {
+        case .default: self.httpCookieStorage = .shared
+        case .ephemeral: self.httpCookieStorage = TransferCookieStorage()
+        case .background: self.httpCookieStorage = nil
+        }
     }
 
     /// An independent copy, as `URLSessionConfiguration.copy()`.
@@ -94,6 +108,9 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         copy.identifier = self.identifier
         copy.sessionSendsLaunchEvents = self.sessionSendsLaunchEvents
         copy.launchCommand = self.launchCommand
+        copy.httpCookieStorage = self.httpCookieStorage
+        copy.httpShouldSetCookies = self.httpShouldSetCookies
+        copy.httpCookieAcceptPolicy = self.httpCookieAcceptPolicy
         return copy
     }
 

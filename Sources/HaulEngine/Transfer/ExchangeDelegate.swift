@@ -45,6 +45,10 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
 
     func didReceiveHead(task: HTTPClient.Task<Response>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
         let headers = HTTPHeaderFields(head.headers.map { ($0.name, $0.value) })
+        if let jar = self.run.engine.cookieJar {
+            let setCookies = head.headers["Set-Cookie"]
+            if !setCookies.isEmpty { jar.store(setCookie: setCookies, from: self.url) }
+        }
         let response = ResponseInfo(
             url: self.url,
             statusCode: Int(head.status.code),

@@ -215,6 +215,9 @@ package final class TransferRun: Sendable {
             let extra = self.state.withLock { $0.machine.requestWillBeSent() }
             for (name, value) in extra { headers.replaceOrAdd(name: name, value: value) }
         }
+        if let jar = self.engine.cookieJar, !headers.contains("Cookie"), let cookies = jar.cookieHeader(for: request.url) {
+            headers.add(name: "Cookie", value: cookies)
+        }
         let clientRequest: HTTPClient.Request
         do {
             clientRequest = try HTTPClient.Request(
@@ -230,7 +233,9 @@ package final class TransferRun: Sendable {
         // `.indifferent`: the client's group is the engine's single loop, so delegate and
         // channel share it anyway, and the pool never opens "overflow" connections beyond the
         // per-host limit as it does for requests that require a particular loop.
-        let task = self.engine.client.execute(request: clientRequest, delegate: delegate, eventLoop: .indifferent)
+        let client: HTTPClient
+        if case .observer = self.destination { client = self.engine.decodingClient } else { client = self.engine.client }
+        let task = client.execute(request: clientRequest, delegate: delegate, eventLoop: .indifferent)
         let alreadyStopped = self.state.withLock { state -> Bool in
             state.currentTask = task
             return state.stopReason != nil
