@@ -1,4 +1,6 @@
+import Crypto
 import Foundation
+import HaulCore
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -81,6 +83,8 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
             var headers: [(String, String)] = []
             if let retryAfter = query["retryAfter"] { headers.append(("Retry-After", retryAfter)) }
             self.respond(context: context, status: HTTPResponseStatus(statusCode: code), headers: headers, body: "status \(code)\n")
+        case "auth" where segments.count == 2:
+            self.authenticate(context: context, head: head, scheme: segments[1], query: query)
         case "setcookie":
             // Each `c` query item is one Set-Cookie value; with `to`, the answer is a 302 there.
             var headers = (components?.queryItems ?? []).filter { $0.name == "c" }.map { ("Set-Cookie", $0.value ?? "") }
@@ -106,6 +110,47 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
         default:
             self.respond(context: context, status: .notFound, headers: [], body: "not found\n")
         }
+    }
+
+    /// `/auth/basic`, `/auth/digest` or `/auth/both` with `user`, `pass`, `realm`,
+    /// `algorithm` (MD5 or SHA-256): 200 "hello USER" with the right credentials, else 401
+    /// with the challenge(s).
+    private func authenticate(context: ChannelHandlerContext, head: HTTPRequestHead, scheme: String, query: [String: String]) {
+        let user = query["user"] ?? "user"
+        let password = query["pass"] ?? "secret"
+        let realm = query["realm"] ?? "haul-test"
+        let algorithm = query["algorithm"] ?? "MD5"
+        let nonce = "n0nce-\(realm)"
+        let authorization = head.headers.first(name: "Authorization") ?? ""
+        var accepted = false
+        if authorization.hasPrefix("Basic "), scheme != "digest" {
+            let decoded = Data(base64Encoded: String(authorization.dropFirst(6))).map { String(decoding: $0, as: UTF8.self) }
+            accepted = decoded == "\(user):\(password)"
+        } else if authorization.hasPrefix("Digest "), scheme != "basic",
+            let answer = AuthenticationChallenge.parse([authorization]).first
+        {
+            let p = answer.parameters
+            func hash(_ text: String) -> String {
+                let data = Data(text.utf8)
+                let digest: [UInt8] = algorithm == "SHA-256" ? Array(SHA256.hash(data: data)) : Array(Insecure.MD5.hash(data: data))
+                return digest.map { String(format: "%02x", $0) }.joined()
+            }
+            let ha1 = hash("\(user):\(realm):\(password)")
+            let ha2 = hash("\(head.method.rawValue):\(p["uri"] ?? "")")
+            let expected = hash("\(ha1):\(nonce):\(p["nc"] ?? ""):\(p["cnonce"] ?? ""):auth:\(ha2)")
+            accepted = p["username"] == user && p["nonce"] == nonce && p["realm"] == realm && p["qop"] == "auth"
+                && p["response"] == expected && p["uri"] == head.uri && p["opaque"] == "0paque"
+        }
+        if accepted {
+            self.respond(context: context, status: .ok, headers: [], body: "hello \(user)\n")
+            return
+        }
+        var headers: [(String, String)] = []
+        if scheme != "basic" {
+            headers.append(("WWW-Authenticate", "Digest realm=\"\(realm)\", qop=\"auth\", nonce=\"\(nonce)\", opaque=\"0paque\", algorithm=\(algorithm)"))
+        }
+        if scheme != "digest" { headers.append(("WWW-Authenticate", "Basic realm=\"\(realm)\"")) }
+        self.respond(context: context, status: .unauthorized, headers: headers, body: "who are you?\n")
     }
 
     private func respond(

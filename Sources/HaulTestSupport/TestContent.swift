@@ -63,3 +63,10 @@ public enum TestContent {
         return z ^ (z >> 31)
     }
 }
+
+extension TestContent {
+    /// Hex MD5 of UTF-8 `text` (for checking Digest authentication).
+    public static func md5Hex(_ text: String) -> String {
+        Insecure.MD5.hash(data: Data(text.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+}

@@ -35,6 +35,18 @@ public protocol TransferSessionTaskDelegate: TransferSessionDelegate {
         completionHandler: @escaping @Sendable (URLRequest?) -> Void
     )
 
+    /// The server asked for credentials (401 with a Basic or Digest challenge). Call
+    /// `completionHandler` once; the task waits. Called once per challenge, Digest before
+    /// Basic when a server offers both; `previousFailureCount` counts refused attempts. The
+    /// default implementation answers `.performDefaultHandling` (the credential storage's
+    /// default credential for the protection space, else the URL's user and password, once).
+    func urlSession(
+        _ session: TransferSession,
+        task: TransferSessionTask,
+        didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    )
+
     /// Request body bytes were sent (uploads, and data tasks with a body): once per chunk of at
     /// most 256 KiB, in order, before the response's callbacks. `totalBytesSent` starts over
     /// when the body is sent again (a 307/308 redirect).
@@ -115,6 +127,15 @@ extension TransferSessionTaskDelegate {
         completionHandler: @escaping @Sendable (URLRequest?) -> Void
     ) {
         completionHandler(request)
+    }
+
+    public func urlSession(
+        _ session: TransferSession,
+        task: TransferSessionTask,
+        didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
+        completionHandler(.performDefaultHandling, nil)
     }
 
     public func urlSession(

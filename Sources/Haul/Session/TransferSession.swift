@@ -30,6 +30,8 @@ public final class TransferSession: Sendable {
     let configurationSnapshot: TransferSessionConfiguration.Snapshot
     private let configurationCopy: UncheckedSendable<TransferSessionConfiguration>
     let engine: TransferEngine
+    /// The configuration's credential store (for challenges).
+    let credentialStorage: TransferCredentialStorage?
     private let isShared: Bool
     /// Where this session writes in-flight downloads.
     let downloadDirectory: URL
@@ -96,6 +98,7 @@ public final class TransferSession: Sendable {
             SessionCookieJar(storage: $0, sendsCookies: copy.httpShouldSetCookies, acceptPolicy: copy.httpCookieAcceptPolicy)
         }
         self.engine = TransferEngine(configuration: engineConfiguration, cookieJar: cookieJar)
+        self.credentialStorage = copy.urlCredentialStorage
         self.isShared = isShared
         switch copy.kind {
         case .default:

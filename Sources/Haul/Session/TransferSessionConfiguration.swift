@@ -83,13 +83,23 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     /// Which responses may set cookies. Default `.onlyFromMainDocumentDomain` (as URLSession;
     /// a request without a `mainDocumentURL` may set cookies for its own domain).
     public var httpCookieAcceptPolicy: HTTPCookie.AcceptPolicy = .onlyFromMainDocumentDomain
+    /// Where credentials are found for `.performDefaultHandling` and kept after
+    /// `.useCredential`: ``TransferCredentialStorage/shared`` for `.default`, a private store
+    /// for `.ephemeral`; `nil` for none.
+    public var urlCredentialStorage: TransferCredentialStorage?
 
     init(kind: Kind) {
         self.kind = kind
         switch kind {
-        case .default: self.httpCookieStorage = .shared
-        case .ephemeral: self.httpCookieStorage = TransferCookieStorage()
-        case .background: self.httpCookieStorage = nil
+        case .default:
+            self.httpCookieStorage = .shared
+            self.urlCredentialStorage = .shared
+        case .ephemeral:
+            self.httpCookieStorage = TransferCookieStorage()
+            self.urlCredentialStorage = TransferCredentialStorage()
+        case .background:
+            self.httpCookieStorage = nil
+            self.urlCredentialStorage = nil
         }
     }
 
@@ -111,6 +121,7 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         copy.httpCookieStorage = self.httpCookieStorage
         copy.httpShouldSetCookies = self.httpShouldSetCookies
         copy.httpCookieAcceptPolicy = self.httpCookieAcceptPolicy
+        copy.urlCredentialStorage = self.urlCredentialStorage
         return copy
     }
 

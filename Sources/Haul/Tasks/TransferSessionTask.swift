@@ -381,6 +381,17 @@ extension TransferSessionTask: TransferRunObserver {
         }
     }
 
+    package var handlesAuthentication: Bool { true }
+
+    package func transferRun(
+        _ run: TransferRun,
+        authenticationChallenge response: ResponseInfo,
+        for request: TransferRequest,
+        previousFailureCount: Int
+    ) async -> AuthenticationAnswer {
+        await self.answerChallenge(response, request: request, previousFailureCount: previousFailureCount)
+    }
+
     package func transferRun(_ run: TransferRun, didReceive body: ByteBuffer) {
         self.bodyReceived(Data(buffer: body))
     }

@@ -25,6 +25,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
     private enum Mode {
         case awaitingHead
         case redirect(ResponseInfo, ByteBuffer)
+        case challenge(ResponseInfo, ByteBuffer)
         case toObserver(ResponseInfo)
         case toFile(ResponseInfo, PartialFile)
         case alreadyComplete(ResponseInfo, total: Int64)
@@ -57,6 +58,10 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         )
         if RedirectPolicy.isRedirect(status: response.statusCode), headers["Location"] != nil {
             self.mode = .redirect(response, ByteBuffer())
+            return task.eventLoop.makeSucceededVoidFuture()
+        }
+        if response.statusCode == 401, headers["WWW-Authenticate"] != nil, self.run.observer.handlesAuthentication {
+            self.mode = .challenge(response, ByteBuffer())
             return task.eventLoop.makeSucceededVoidFuture()
         }
         guard case .file(let path, _) = self.run.destination else {
@@ -145,6 +150,12 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                 body.writeBuffer(&copy)
                 self.mode = .redirect(response, body)
             }
+        case .challenge(let response, var body):
+            if body.readableBytes + buffer.readableBytes <= Self.maximumRedirectBodyBytes {
+                var copy = buffer
+                body.writeBuffer(&copy)
+                self.mode = .challenge(response, body)
+            }
         case .awaitingHead, .alreadyComplete:
             break
         }
@@ -157,6 +168,8 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         switch self.mode {
         case .redirect(let response, let body):
             return .redirect(response, body: body)
+        case .challenge(let response, let body):
+            return .challenge(response, body: body)
         case .toObserver(let response):
             return .completed(response, total: 0)
         case .alreadyComplete(let response, let total):

@@ -111,6 +111,7 @@ package final class TransferRun: Sendable {
     private func run() async -> TransferOutcome {
         var request = self.initialRequest
         var visited = [request.url]
+        var challenges = 0
         defer { self.state.withLock { $0.file?.close(); $0.file = nil } }
         if let scheme = request.url.scheme?.lowercased(), scheme == "file" || scheme == "data" {
             return self.loadLocally(request.url)
@@ -131,6 +132,23 @@ package final class TransferRun: Sendable {
                 return .completed(response: response, bytesOnDisk: total)
             case .requestAgainWithoutRange:
                 continue
+            case .challenge(let response, let body):
+                let answer = await self.observer.transferRun(
+                    self,
+                    authenticationChallenge: response,
+                    for: request,
+                    previousFailureCount: challenges
+                )
+                challenges += 1
+                switch answer {
+                case .authorize(let value):
+                    request.headers.replaceOrAdd(name: "Authorization", value: value)
+                    continue
+                case .proceedWithoutCredential:
+                    return self.completeWithRefusedRedirect(response, body: body)
+                case .cancel(let error):
+                    return self.stoppedOutcome() ?? self.failure(error)
+                }
             case .failed(let error):
                 return self.stoppedOutcome() ?? self.failure(error)
             case .redirect(let response, let body):
@@ -205,6 +223,8 @@ package final class TransferRun: Sendable {
     enum ExchangeResult: Sendable {
         case completed(ResponseInfo, total: Int64)
         case redirect(ResponseInfo, body: ByteBuffer)
+        /// A 401 with `WWW-Authenticate`, its body held back for the observer's decision.
+        case challenge(ResponseInfo, body: ByteBuffer)
         case requestAgainWithoutRange
         case failed(URLError)
     }

@@ -1,3 +1,7 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import HaulCore
 import NIOCore
 
@@ -37,8 +41,46 @@ package protocol TransferRunObserver: AnyObject, Sendable {
     /// at most 256 KiB, after the previous chunk's write completed; `totalSent` starts over when
     /// a body is sent again (after a redirect that keeps it).
     func transferRun(_ run: TransferRun, didSendBodyBytes byteCount: Int64, totalSent: Int64, expectedToSend: Int64)
+
+    /// Whether 401 answers with `WWW-Authenticate` go to the challenge method below.
+    var handlesAuthentication: Bool { get }
+
+    /// A 401 with `WWW-Authenticate` arrived for `request` (its body, at most 1 MiB, is held
+    /// back); `previousFailureCount` counts the earlier 401s of this transfer. Called on no
+    /// particular thread; the run waits for the answer.
+    func transferRun(
+        _ run: TransferRun,
+        authenticationChallenge response: ResponseInfo,
+        for request: TransferRequest,
+        previousFailureCount: Int
+    ) async -> AuthenticationAnswer
+}
+
+/// What to do about a 401 with `WWW-Authenticate`.
+package enum AuthenticationAnswer: Sendable {
+    /// Send the request again with this `Authorization` value.
+    case authorize(String)
+    /// Complete with the 401 response and its body.
+    case proceedWithoutCredential
+    /// Fail with this error (the user cancelled the challenge).
+    case cancel(URLError)
 }
 
 extension TransferRunObserver {
     package func transferRun(_ run: TransferRun, didSendBodyBytes byteCount: Int64, totalSent: Int64, expectedToSend: Int64) {}
+
+    /// Whether 401 answers are brought to ``transferRun(_:authenticationChallenge:for:previousFailureCount:)``
+    /// (else they complete like any response).
+    package var handlesAuthentication: Bool { false }
+
+    /// A 401 with `WWW-Authenticate` arrived for `request`; `previousFailureCount` counts the
+    /// earlier 401s of this transfer. Called on no particular thread; the run waits.
+    package func transferRun(
+        _ run: TransferRun,
+        authenticationChallenge response: ResponseInfo,
+        for request: TransferRequest,
+        previousFailureCount: Int
+    ) async -> AuthenticationAnswer {
+        .proceedWithoutCredential
+    }
 }
