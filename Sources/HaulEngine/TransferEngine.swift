@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Foundation
 import HaulCore
 import Logging
 import NIOCore
@@ -18,14 +19,21 @@ package final class TransferEngine: Sendable {
         package var maximumConnectionsPerHost: Int = 6
         /// Redirects followed in one chain.
         package var maximumRedirects: Int = 16
+        /// Proxies by scheme, and the hosts that bypass them.
+        package var proxies = ProxySettings()
 
         package init() {}
     }
 
     let client: HTTPClient
-    /// For data transfers: decodes gzip and deflate bodies, as URLSession does for data tasks
-    /// (downloads keep the representation as sent, so they use ``client``). Created on first use.
-    private let decodingClientBox: Mutex<HTTPClient?> = Mutex(nil)
+    /// The other clients, created on first use: one per proxy, and ones that decode gzip and
+    /// deflate bodies for data transfers (downloads keep the representation as sent).
+    private let otherClients: Mutex<[ClientKey: HTTPClient]> = Mutex([:])
+
+    private struct ClientKey: Hashable {
+        var proxy: ProxySettings.Server?
+        var decodes: Bool
+    }
     private let clientConfiguration: HTTPClient.Configuration
     /// The loop all of this engine's transfers run on.
     package let eventLoop: any EventLoop
@@ -66,14 +74,18 @@ package final class TransferEngine: Sendable {
         self.redirectPolicy = RedirectPolicy(maximumRedirects: configuration.maximumRedirects)
     }
 
-    /// The client that decodes `Content-Encoding` (gzip, deflate) for data transfers.
-    var decodingClient: HTTPClient {
-        self.decodingClientBox.withLock { box in
-            if let client = box { return client }
+    /// The client for a request to `url`: through the configured proxy, if any applies, and
+    /// decoding `Content-Encoding` (gzip, deflate) when `decodes`.
+    func client(for url: URL, decodes: Bool) -> HTTPClient {
+        let key = ClientKey(proxy: self.configuration.proxies.proxy(for: url), decodes: decodes)
+        if key.proxy == nil, !key.decodes { return self.client }
+        return self.otherClients.withLock { clients in
+            if let client = clients[key] { return client }
             var configuration = self.clientConfiguration
-            configuration.decompression = .enabled(limit: .none)
+            if key.decodes { configuration.decompression = .enabled(limit: .none) }
+            if let proxy = key.proxy { configuration.proxy = .server(host: proxy.host, port: proxy.port) }
             let client = HTTPClient(eventLoopGroup: self.eventLoop, configuration: configuration)
-            box = client
+            clients[key] = client
             return client
         }
     }
@@ -81,7 +93,7 @@ package final class TransferEngine: Sendable {
     /// Closes the connection pools. In-flight requests fail.
     package func shutdown() async {
         try? await self.client.shutdown()
-        if let decoding = self.decodingClientBox.withLock({ $0 }) { try? await decoding.shutdown() }
+        for client in self.otherClients.withLock({ Array($0.values) }) { try? await client.shutdown() }
     }
 
     private static func nanoseconds(_ duration: Duration) -> Int64 {

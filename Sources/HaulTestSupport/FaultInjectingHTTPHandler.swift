@@ -56,7 +56,17 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
     // MARK: - Routing
 
     private func route(context: ChannelHandlerContext, head: HTTPRequestHead) {
-        let components = URLComponents(string: "http://127.0.0.1" + head.uri)
+        // As a forward proxy: CONNECT tunnels are refused; absolute-form requests
+        // (`GET http://origin/path`) are answered as if this server were the origin.
+        if head.method == .CONNECT {
+            self.respond(context: context, status: .forbidden, headers: [], body: "no tunnels here\n")
+            return
+        }
+        var target = head.uri
+        if let parsed = URLComponents(string: head.uri), parsed.scheme != nil, parsed.host != nil {
+            target = (parsed.percentEncodedPath.isEmpty ? "/" : parsed.percentEncodedPath) + (parsed.percentEncodedQuery.map { "?" + $0 } ?? "")
+        }
+        let components = URLComponents(string: "http://127.0.0.1" + target)
         let path = components?.path ?? "/"
         var query: [String: String] = [:]
         for item in components?.queryItems ?? [] { query[item.name] = item.value ?? "" }

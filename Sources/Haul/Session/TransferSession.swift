@@ -94,6 +94,7 @@ public final class TransferSession: Sendable {
         engineConfiguration.connectTimeout = .milliseconds(Int64(min(copy.timeoutIntervalForRequest, 30) * 1000))
         engineConfiguration.maximumConnectionsPerHost = copy.httpMaximumConnectionsPerHost
         engineConfiguration.maximumRedirects = copy.maximumRedirects
+        engineConfiguration.proxies = copy.proxySettings
         let cookieJar = copy.httpCookieStorage.map {
             SessionCookieJar(storage: $0, sendsCookies: copy.httpShouldSetCookies, acceptPolicy: copy.httpCookieAcceptPolicy)
         }

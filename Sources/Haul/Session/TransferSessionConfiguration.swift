@@ -2,6 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import HaulCore
 
 /// The behaviour of a ``TransferSession``, shaped like `URLSessionConfiguration`.
 ///
@@ -83,6 +84,14 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     /// Which responses may set cookies. Default `.onlyFromMainDocumentDomain` (as URLSession;
     /// a request without a `mainDocumentURL` may set cookies for its own domain).
     public var httpCookieAcceptPolicy: HTTPCookie.AcceptPolicy = .onlyFromMainDocumentDomain
+    /// Proxies, as `URLSessionConfiguration.connectionProxyDictionary`: `HTTPEnable`,
+    /// `HTTPProxy`, `HTTPPort`, `HTTPSEnable`, `HTTPSProxy`, `HTTPSPort` (https goes through the
+    /// proxy with `CONNECT`), `ExceptionsList` (hosts or `.suffixes` to reach directly).
+    public var connectionProxyDictionary: [AnyHashable: Any]?
+    /// Whether `http_proxy`, `https_proxy` and `no_proxy` from the environment apply (when
+    /// ``connectionProxyDictionary`` is `nil`). Default `false`: a library should not change
+    /// routes behind its program's back; tools like `haul get` turn it on.
+    public var usesEnvironmentProxies: Bool = false
     /// Where credentials are found for `.performDefaultHandling` and kept after
     /// `.useCredential`: ``TransferCredentialStorage/shared`` for `.default`, a private store
     /// for `.ephemeral`; `nil` for none.
@@ -122,7 +131,19 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         copy.httpShouldSetCookies = self.httpShouldSetCookies
         copy.httpCookieAcceptPolicy = self.httpCookieAcceptPolicy
         copy.urlCredentialStorage = self.urlCredentialStorage
+        copy.connectionProxyDictionary = self.connectionProxyDictionary
+        copy.usesEnvironmentProxies = self.usesEnvironmentProxies
         return copy
+    }
+
+    /// The proxies these settings select.
+    var proxySettings: ProxySettings {
+        if let dictionary = self.connectionProxyDictionary {
+            var strings: [String: Any] = [:]
+            for (key, value) in dictionary { strings["\(key)"] = value }
+            return ProxySettings.fromDictionary(strings)
+        }
+        return self.usesEnvironmentProxies ? ProxySettings.fromEnvironment(ProcessInfo.processInfo.environment) : ProxySettings()
     }
 
     /// The immutable snapshot a session keeps.

@@ -253,8 +253,8 @@ package final class TransferRun: Sendable {
         // `.indifferent`: the client's group is the engine's single loop, so delegate and
         // channel share it anyway, and the pool never opens "overflow" connections beyond the
         // per-host limit as it does for requests that require a particular loop.
-        let client: HTTPClient
-        if case .observer = self.destination { client = self.engine.decodingClient } else { client = self.engine.client }
+        let decodes: Bool = if case .observer = self.destination { true } else { false }
+        let client = self.engine.client(for: request.url, decodes: decodes)
         let task = client.execute(request: clientRequest, delegate: delegate, eventLoop: .indifferent)
         let alreadyStopped = self.state.withLock { state -> Bool in
             state.currentTask = task
