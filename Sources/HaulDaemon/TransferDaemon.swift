@@ -87,6 +87,8 @@ public final class TransferDaemon: Sendable {
         self.logger = logger
         var engineConfiguration = TransferEngine.Configuration()
         engineConfiguration.idleTimeout = configuration.idleTimeout
+        // The daemon's environment decides proxies (http_proxy, https_proxy, no_proxy).
+        engineConfiguration.proxies = ProxySettings.fromEnvironment(ProcessInfo.processInfo.environment)
         engineConfiguration.maximumConnectionsPerHost = 6
         self.engine = TransferEngine(configuration: engineConfiguration)
     }

@@ -95,6 +95,23 @@ struct GetCommandTests {
         try await server.shutdown()
     }
 
+    @Test("http_proxy from the environment is used, as curl and wget do")
+    func environmentProxy() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let proxy = try await LoopbackTunnelProxy.start(originPort: server.port)
+        let directory = try makeTemporaryDirectory()
+        let result = try await HaulProcess.run(
+            ["get", "http://origin.haul.test/file/proxied.bin?size=4000&seed=6"],
+            directory: directory,
+            environment: ["http_proxy": "http://127.0.0.1:\(proxy.port)", "no_proxy": ""]
+        )
+        #expect(result.status == 0, "\(result.standardError)")
+        #expect(proxy.connectTargets == ["origin.haul.test:80"])
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("proxied.bin").path) == TestContent.sha256Hex(size: 4000, seed: 6))
+        try await proxy.shutdown()
+        try await server.shutdown()
+    }
+
     @Test("Small downloads write no checkpoint file at all")
     func smallDownloadsSkipCheckpoints() async throws {
         let server = try await FaultInjectingHTTPServer.start()

@@ -25,7 +25,10 @@ struct HaulProcess {
     private let outputPipe = Pipe()
     private let errorPipe = Pipe()
 
-    init(_ arguments: [String], directory: URL) {
+    init(_ arguments: [String], directory: URL, environment: [String: String] = [:]) {
+        if !environment.isEmpty {
+            self.process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        }
         self.process.executableURL = Self.executable
         self.process.arguments = arguments
         self.process.currentDirectoryURL = directory
@@ -59,8 +62,8 @@ struct HaulProcess {
     }
 
     /// Runs `haul ARGUMENTS` to the end.
-    static func run(_ arguments: [String], directory: URL) async throws -> Result {
-        let process = HaulProcess(arguments, directory: directory)
+    static func run(_ arguments: [String], directory: URL, environment: [String: String] = [:]) async throws -> Result {
+        let process = HaulProcess(arguments, directory: directory, environment: environment)
         try process.start()
         return await process.wait()
     }

@@ -61,6 +61,9 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
     /// Downloads every URL, `parallelism` at a time, and returns the exit status.
     func run(urls: [URL]) async -> ExitStatus {
         let configuration = TransferSessionConfiguration.default
+        // Like curl and wget: http_proxy, https_proxy and no_proxy apply; no cookies are kept.
+        configuration.usesEnvironmentProxies = true
+        configuration.httpCookieStorage = TransferCookieStorage()
         configuration.timeoutIntervalForRequest = self.options.idleTimeout
         configuration.httpMaximumConnectionsPerHost = max(6, self.options.parallelism)
         self.session = TransferSession(configuration: configuration, delegate: self, delegateQueue: nil)

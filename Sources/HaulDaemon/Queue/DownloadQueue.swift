@@ -83,6 +83,8 @@ public final class DownloadQueue: Sendable {
         let settings = try store.queueSettings() ?? QueueSettings(defaultDirectory: configuration.defaultDirectory)
         var engineConfiguration = TransferEngine.Configuration()
         engineConfiguration.idleTimeout = configuration.idleTimeout
+        // The daemon's environment decides proxies (http_proxy, https_proxy, no_proxy).
+        engineConfiguration.proxies = ProxySettings.fromEnvironment(ProcessInfo.processInfo.environment)
         engineConfiguration.maximumConnectionsPerHost = settings.maximumConnectionsPerHost
         self.engine = TransferEngine(configuration: engineConfiguration)
         self.globalLimiter = BandwidthLimiter(bytesPerSecond: settings.globalSpeedLimit)
