@@ -44,9 +44,13 @@ package final class TransferEngine: Sendable {
     /// The session's cookie storage, when it sends and keeps cookies.
     package let cookieJar: (any TransferCookieJar)?
 
-    package init(configuration: Configuration, cookieJar: (any TransferCookieJar)? = nil) {
+    /// Custom protocol handlers, asked in order before the network.
+    package let interceptors: [any TransferInterceptor]
+
+    package init(configuration: Configuration, cookieJar: (any TransferCookieJar)? = nil, interceptors: [any TransferInterceptor] = []) {
         self.configuration = configuration
         self.cookieJar = cookieJar
+        self.interceptors = interceptors
         var pool = HTTPClient.Configuration.ConnectionPool(
             idleTimeout: .seconds(60),
             concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, configuration.maximumConnectionsPerHost)

@@ -11,9 +11,16 @@ extension TransferRequest {
     ///
     /// - Throws: `URLError(.unsupportedURL)` for schemes other than http and https,
     ///   `URLError(.badURL)` for a URL without a host.
-    init(_ request: URLRequest, additionalHeaders: [String: String], isDownload: Bool) throws(URLError) {
+    init(_ request: URLRequest, additionalHeaders: [String: String], isDownload: Bool, allowsAnyScheme: Bool = false) throws(URLError) {
         guard let url = request.url else { throw URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: "the request has no URL"]) }
         let scheme = url.scheme?.lowercased()
+        if allowsAnyScheme, scheme != "http", scheme != "https" {
+            // Answered by a custom protocol class: the request goes to it as it is.
+            var headers = HTTPHeaderFields()
+            for (name, value) in (request.allHTTPHeaderFields ?? [:]).sorted(by: { $0.key < $1.key }) { headers.add(name: name, value: value) }
+            self.init(url: url, method: request.httpMethod ?? "GET", headers: headers, body: request.httpBody.map { .data($0) } ?? .none)
+            return
+        }
         if scheme == "file" || scheme == "data" {
             // Answered locally by the engine (see TransferRun.loadLocally), as URLSession does.
             self.init(url: url, method: "GET")

@@ -98,7 +98,8 @@ public final class TransferSession: Sendable {
         let cookieJar = copy.httpCookieStorage.map {
             SessionCookieJar(storage: $0, sendsCookies: copy.httpShouldSetCookies, acceptPolicy: copy.httpCookieAcceptPolicy)
         }
-        self.engine = TransferEngine(configuration: engineConfiguration, cookieJar: cookieJar)
+        let interceptors: [any TransferInterceptor] = copy.protocolClasses.isEmpty ? [] : [ProtocolClassInterceptor(classes: copy.protocolClasses)]
+        self.engine = TransferEngine(configuration: engineConfiguration, cookieJar: cookieJar, interceptors: interceptors)
         self.credentialStorage = copy.urlCredentialStorage
         self.isShared = isShared
         switch copy.kind {
@@ -734,10 +735,13 @@ public final class TransferSession: Sendable {
 
     private func prepare(_ task: TransferSessionTask, request: URLRequest, isDownload: Bool) {
         do {
+            // A custom protocol class may claim any scheme (`stub://`, `app://`).
+            let claimed = self.configurationCopy.value.protocolClasses.contains { $0.canInit(with: request) }
             let engineRequest = try TransferRequest(
                 request,
                 additionalHeaders: self.configurationSnapshot.httpAdditionalHeaders,
-                isDownload: isDownload
+                isDownload: isDownload,
+                allowsAnyScheme: claimed
             )
             task.inner.withLock { inner in
                 if inner.creationError == nil { inner.engineRequest = engineRequest }

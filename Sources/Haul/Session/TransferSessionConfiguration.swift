@@ -92,6 +92,9 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     /// ``connectionProxyDictionary`` is `nil`). Default `false`: a library should not change
     /// routes behind its program's back; tools like `haul get` turn it on.
     public var usesEnvironmentProxies: Bool = false
+    /// Custom protocol handlers asked, in order, before the network (`URLProtocol` subclasses'
+    /// Haul form). Default empty.
+    public var protocolClasses: [TransferURLProtocol.Type] = []
     /// Where credentials are found for `.performDefaultHandling` and kept after
     /// `.useCredential`: ``TransferCredentialStorage/shared`` for `.default`, a private store
     /// for `.ephemeral`; `nil` for none.
@@ -133,6 +136,7 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         copy.urlCredentialStorage = self.urlCredentialStorage
         copy.connectionProxyDictionary = self.connectionProxyDictionary
         copy.usesEnvironmentProxies = self.usesEnvironmentProxies
+        copy.protocolClasses = self.protocolClasses
         return copy
     }
 

@@ -40,6 +40,8 @@ package final class TransferRun: Sendable {
         var file: PartialFile?
         var lastResponse: ResponseInfo?
         var writeOffset: Int64 = 0
+        /// The loader answering an intercepted request, stopped with the run.
+        var interceptedLoader: (any TransferLoader)?
     }
 
     let engine: TransferEngine
@@ -94,13 +96,14 @@ package final class TransferRun: Sendable {
     /// timeout) and keeps the bytes on disk. Has no effect once the run has ended or after the
     /// first call.
     package func stop(_ reason: StopReason) {
-        let (task, running) = self.state.withLock { state -> (HTTPClient.Task<ExchangeResult>?, Task<Void, Never>?) in
-            guard state.stopReason == nil else { return (nil, nil) }
+        let (task, running, loader) = self.state.withLock { state -> (HTTPClient.Task<ExchangeResult>?, Task<Void, Never>?, (any TransferLoader)?) in
+            guard state.stopReason == nil else { return (nil, nil, nil) }
             state.stopReason = reason
-            return (state.currentTask, state.runningTask)
+            return (state.currentTask, state.runningTask, state.interceptedLoader)
         }
         task?.cancel()
         running?.cancel()
+        loader?.stop()
     }
 
     /// Bytes of the entity on disk right now.
@@ -113,6 +116,9 @@ package final class TransferRun: Sendable {
         var visited = [request.url]
         var challenges = 0
         defer { self.state.withLock { $0.file?.close(); $0.file = nil } }
+        for interceptor in self.engine.interceptors {
+            if let loader = interceptor.loader(for: request) { return await self.runIntercepted(loader, request: request) }
+        }
         if let scheme = request.url.scheme?.lowercased(), scheme == "file" || scheme == "data" {
             return self.loadLocally(request.url)
         }
