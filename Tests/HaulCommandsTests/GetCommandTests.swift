@@ -74,7 +74,8 @@ struct GetCommandTests {
         let server = try await FaultInjectingHTTPServer.start()
         let directory = try makeTemporaryDirectory()
         let size: Int64 = 6_000_000
-        let url = server.url("/file/crash.iso?size=\(size)&seed=43&rate=3000000").absoluteString
+        // The first request stalls after 3 MB, so the process is surely mid-download when killed.
+        let url = server.url("/file/crash.iso?size=\(size)&seed=43&stallAfter=3000000").absoluteString
         let first = HaulProcess(["get", url], directory: directory)
         try first.start()
         let partial = directory.appendingPathComponent("crash.iso.haul-part").path

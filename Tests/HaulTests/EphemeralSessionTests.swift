@@ -29,15 +29,15 @@ struct EphemeralSessionTests {
         var request = URLRequest(url: server.url("/echo"))
         request.httpMethod = "POST"
         _ = try await session.upload(for: request, from: Data(repeating: 7, count: 100_000))
-        let task = session.downloadTask(with: server.url("/file/eph.bin?size=2000000&rate=4000000"))
+        // The server stalls after 200 kB: the download is surely in flight when the session goes.
+        let task = session.downloadTask(with: server.url("/file/eph.bin?size=2000000&stallAfter=200000"))
         task.resume()
         #expect(await waitUntil { task.countOfBytesReceived > 100_000 })
         #expect(!Self.files(under: scratch).isEmpty, "the in-flight download is in the session's directory")
         session.invalidateAndCancel()
         #expect(await waitUntil { task.state == .completed })
-        try await Task.sleep(for: .milliseconds(100))
-
-        #expect(Self.files(under: scratch).isEmpty, "nothing left: \(Self.files(under: scratch))")
+        // The session removes its directory once its last task has completed.
+        #expect(await waitUntil { Self.files(under: scratch).isEmpty }, "nothing left: \(Self.files(under: scratch))")
         let cookiesAfter = (try? FileManager.default.attributesOfItem(atPath: sharedCookies.path))?[.modificationDate] as? Date
         #expect(cookiesAfter == cookiesBefore, "the shared cookie file was not touched")
         #expect(configuration.httpCookieStorage?.fileURL == nil, "the cookies lived in memory")

@@ -85,7 +85,7 @@ struct DownloadQueueTests {
         let harness = try QueueHarness()
         let size: Int64 = 3_000_000
         let added = try await harness.queue.add(
-            urls: [server.url("/file/pr.bin?size=\(size)&seed=7&rate=1500000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+            urls: [server.url("/file/pr.bin?size=\(size)&seed=7&stallAfter=1500000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
         )
         _ = try await harness.wait(for: added.id) { $0.bytesDone > 1_000_000 }
         try await harness.queue.pause(id: added.id)
@@ -109,7 +109,7 @@ struct DownloadQueueTests {
         let harness = try QueueHarness()
         let size: Int64 = 2_000_000
         let same = try await harness.queue.add(
-            urls: [server.url("/file/signed.bin?size=\(size)&seed=8&rate=2000000&sig=old")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+            urls: [server.url("/file/signed.bin?size=\(size)&seed=8&stallAfter=800000&sig=old")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
         )
         _ = try await harness.wait(for: same.id) { $0.bytesDone > 500_000 }
         try await harness.queue.pause(id: same.id)
@@ -126,7 +126,7 @@ struct DownloadQueueTests {
 
         // Another entity behind the new link: the If-Range check fails, the download starts over.
         let other = try await harness.queue.add(
-            urls: [server.url("/file/changed.bin?size=\(size)&seed=9&rate=2000000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+            urls: [server.url("/file/changed.bin?size=\(size)&seed=9&stallAfter=800000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
         )
         _ = try await harness.wait(for: other.id) { $0.bytesDone > 500_000 }
         try await harness.queue.pause(id: other.id)
@@ -166,7 +166,7 @@ struct DownloadQueueTests {
         var ids: [Int64] = []
         for index in 0..<6 {
             ids.append(try await harness.queue.add(
-                urls: [server.url("/file/c\(index)?size=600000&seed=\(index)&rate=1200000")],
+                urls: [server.url("/file/c\(index)?size=600000&seed=\(index)&rate=300000")],
                 directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: index == 5 ? 10 : 0
             ).id)
         }
@@ -231,7 +231,7 @@ struct DownloadQueueTests {
         var slow: [Int64] = []
         for index in 0..<3 {
             slow.append(try await first.queue.add(
-                urls: [server.url("/file/r\(index)?size=2500000&seed=\(20 + index)&rate=1500000")],
+                urls: [server.url("/file/r\(index)?size=2500000&seed=\(20 + index)&stallAfter=1000000")],
                 directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
             ).id)
         }
@@ -398,7 +398,7 @@ struct QueueCancelTests {
         let server = try await FaultInjectingHTTPServer.start()
         let harness = try QueueHarness()
         let running = try await harness.queue.add(
-            urls: [server.url("/file/cx.bin?size=3000000&rate=1000000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+            urls: [server.url("/file/cx.bin?size=3000000&stallAfter=500000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
         )
         let active = try await harness.wait(for: running.id) { $0.bytesDone > 100_000 }
         let partial = try #require(active.path)
