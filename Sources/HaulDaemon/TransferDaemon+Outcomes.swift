@@ -82,17 +82,8 @@ extension TransferDaemon {
 
     private func handleFailure(_ task: StoredTask, error: URLError, response: ResponseInfo?, point: ResumePoint?) {
         let status = error.userInfo["statusCode"] as? Int ?? response.flatMap { RetryPolicy.isTransient(status: $0.statusCode) ? $0.statusCode : nil }
-        let failure: TransferFailureKind
-        if let status {
-            failure = .serverStatus(status)
-        } else {
-            switch error.code {
-            case .networkConnectionLost, .notConnectedToInternet: failure = .connectionLost
-            case .timedOut: failure = Date() >= task.resourceDeadline ? .permanent : .timedOut
-            case .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed: failure = .cannotConnect
-            default: failure = .permanent
-            }
-        }
+        var failure = TransferFailureKind(error, status: status)
+        if failure == .timedOut, Date() >= task.resourceDeadline { failure = .permanent }
         let retryAfter = response?.headers["Retry-After"].flatMap { RetryPolicy.retryAfterSeconds($0) }
         let decision = self.configuration.retryPolicy.decision(
             afterAttempt: task.failedAttempts + 1,

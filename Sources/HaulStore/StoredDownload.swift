@@ -73,6 +73,16 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
         return ResumePoint(offset: self.bytesDone, validators: validators, entityLength: self.totalBytes)
     }
 
+    /// Records where the transfer stands: the bytes safely on disk and the entity they belong
+    /// to (`nil`: nothing resumable, so nothing counts as done).
+    public mutating func record(_ point: ResumePoint?, currentURL: URL) {
+        self.bytesDone = point?.offset ?? 0
+        self.totalBytes = point?.entityLength ?? self.totalBytes
+        self.entityTag = point?.validators.entityTag
+        self.lastModified = point?.validators.lastModified
+        self.currentURL = currentURL
+    }
+
     /// The client's view of this download.
     public var info: QueuedDownloadInfo {
         QueuedDownloadInfo(

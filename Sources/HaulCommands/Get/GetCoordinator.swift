@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import Haul
 import HaulCore
+import HaulEngine
 
 /// Runs the downloads of one `haul get`: a ``TransferSession`` whose delegate it is, the retry
 /// loop of each download, the checkpoint files, Ctrl-C, and the progress output.
@@ -179,7 +180,7 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
                 resumeData = error.userInfo[TransferSessionDownloadTaskResumeData] as? Data
                 if let resumeData { job.saveCheckpoint(resumeData) } else { job.discardCheckpoint() }
                 let status = (error.userInfo["statusCode"] as? Int)
-                let failure = Self.classify(error, status: status)
+                let failure = TransferFailureKind(error, status: status)
                 let message = "\(url.absoluteString): \(error.localizedDescription)"
                 switch self.decide(attempt: attempt, failure: failure, retryAfter: nil) {
                 case .retry(let seconds):
@@ -204,15 +205,6 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         )
     }
 
-    static func classify(_ error: URLError, status: Int?) -> TransferFailureKind {
-        if let status { return .serverStatus(status) }
-        switch error.code {
-        case .networkConnectionLost, .notConnectedToInternet: return .connectionLost
-        case .timedOut: return .timedOut
-        case .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed: return .cannotConnect
-        default: return .permanent
-        }
-    }
 
     static func exitStatus(for error: URLError, status: Int?) -> ExitStatus {
         if status != nil { return .serverError }

@@ -89,17 +89,18 @@ extension DownloadQueue {
             return
         }
         let transfer = QueueTransfer(queue: self, download: download, startingAt: point?.offset ?? 0)
-        let limiter = BandwidthLimiter(bytesPerSecond: download.speedLimit)
+        // The per-download limit is fixed at add time; an unlimited download skips it.
+        let limiters = download.speedLimit > 0 ? [self.globalLimiter, BandwidthLimiter(bytesPerSecond: download.speedLimit)] : [self.globalLimiter]
         let run = TransferRun(
             engine: self.engine,
             request: TransferRequest(url: download.url, method: "GET"),
             destination: .file(path: partial, resume: point),
             resourceTimeout: nil,
-            bandwidthLimiters: [self.globalLimiter, limiter],
+            bandwidthLimiters: limiters,
             observer: transfer
         )
         self.state.withLock {
-            $0.running[id] = Running(transfer: transfer, run: run, limiter: limiter, host: TransferRun.hostKey(download.url), priority: download.priority)
+            $0.running[id] = Running(transfer: transfer, run: run, host: TransferRun.hostKey(download.url), priority: download.priority)
         }
         self.logger.debug("download \(id) starts at offset \(point?.offset ?? 0) from \(download.url.absoluteString)")
         self.publish(.changed(self.info(for: download)))
@@ -119,11 +120,8 @@ extension DownloadQueue {
                     return
                 }
                 let updated = try self.store.updateDownload(id: id) { download in
-                    download.bytesDone = point?.offset ?? 0
+                    download.record(point, currentURL: url)
                     download.totalBytes = total
-                    download.entityTag = point?.validators.entityTag
-                    download.lastModified = point?.validators.lastModified
-                    download.currentURL = url
                     if download.requestedName == nil, let suggested { download.fileName = suggested }
                 }
                 if broadcast, let updated { self.publish(.changed(self.info(for: updated))) }
@@ -155,22 +153,12 @@ extension DownloadQueue {
             self.failed(id, transfer: transfer, message: reason, kind: .serverStatus(status), retryAfter: response.headers["Retry-After"], point: nil)
         case .failed(let error, let response, let point):
             let status = error.userInfo["statusCode"] as? Int
-            let kind = Self.failureKind(error, status: status)
+            let kind = TransferFailureKind(error, status: status)
             self.failed(id, transfer: transfer, message: error.localizedDescription, kind: kind, retryAfter: response?.headers["Retry-After"], point: point)
         case .stopped(_, _, let point):
             self.stopped(id, intent: running.intent ?? .pause, transfer: transfer, point: point)
         }
         self.schedule()
-    }
-
-    static func failureKind(_ error: URLError, status: Int?) -> TransferFailureKind {
-        if let status { return .serverStatus(status) }
-        switch error.code {
-        case .networkConnectionLost, .notConnectedToInternet: return .connectionLost
-        case .timedOut: return .timedOut
-        case .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed: return .cannotConnect
-        default: return .permanent
-        }
     }
 
     private func stopped(_ id: Int64, intent: StopIntent, transfer: QueueTransfer, point: ResumePoint?) {
@@ -193,11 +181,7 @@ extension DownloadQueue {
             case .pause, .requeue, .shutdown:
                 let url = transfer.live.withLock { $0.currentURL }
                 let updated = try self.store.updateDownload(id: id) { download in
-                    download.bytesDone = point?.offset ?? 0
-                    download.totalBytes = point?.entityLength ?? download.totalBytes
-                    download.entityTag = point?.validators.entityTag
-                    download.lastModified = point?.validators.lastModified
-                    download.currentURL = url
+                    download.record(point, currentURL: url)
                     if case .requeue = intent, download.state == .active { download.state = .waiting }
                 }
                 if let updated { self.publish(.changed(updated.info)) }
@@ -226,11 +210,7 @@ extension DownloadQueue {
             )
             let url = transfer.live.withLock { $0.currentURL }
             let updated = try self.store.updateDownload(id: id) { download in
-                download.bytesDone = point?.offset ?? 0
-                download.totalBytes = point?.entityLength ?? download.totalBytes
-                download.entityTag = point?.validators.entityTag
-                download.lastModified = point?.validators.lastModified
-                download.currentURL = url
+                download.record(point, currentURL: url)
                 guard download.state == .active else { return }  // paused or cancelled meanwhile
                 switch decision {
                 case .retry(let delay):

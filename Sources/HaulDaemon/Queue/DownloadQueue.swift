@@ -50,7 +50,6 @@ public final class DownloadQueue: Sendable {
     struct Running {
         var transfer: QueueTransfer
         var run: TransferRun
-        var limiter: BandwidthLimiter
         var intent: StopIntent?
         var host: String
         var priority: Int

@@ -136,7 +136,9 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
             }
             self.run.observer.transferRun(self.run, didWrite: count, totalOnDisk: total, expectedTotal: expected)
             if !self.run.bandwidthLimiters.isEmpty {
-                let pause = self.run.bandwidthLimiters.map { $0.take(count) }.max() ?? .zero
+                // No array per chunk: this runs for every network read of a limited download.
+                var pause = TimeAmount.zero
+                for limiter in self.run.bandwidthLimiters { pause = max(pause, limiter.take(count)) }
                 if pause > .zero {
                     // Not reading for a while is what slows the sender down (TCP back-pressure).
                     return task.eventLoop.scheduleTask(in: pause) {}.futureResult

@@ -81,3 +81,20 @@ extension TransferRun {
         return make(.unknown, description)
     }
 }
+
+extension TransferFailureKind {
+    /// How a transfer's `URLError` counts for retrying: `status` (a server answer) first, then
+    /// the error's code. The one classification `haul get`, hauld and the queue share.
+    package init(_ error: URLError, status: Int?) {
+        if let status {
+            self = .serverStatus(status)
+            return
+        }
+        switch error.code {
+        case .networkConnectionLost, .notConnectedToInternet: self = .connectionLost
+        case .timedOut: self = .timedOut
+        case .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed: self = .cannotConnect
+        default: self = .permanent
+        }
+    }
+}
