@@ -228,6 +228,11 @@ extension DownloadQueue {
                     download.state = .error
                     download.errorMessage = message
                     download.finishedAt = Date()
+                    // An error page (404, 500 …) is not part of the file: nothing resumable to keep.
+                    if case .serverStatus = kind, point == nil, let partial = download.partialPath {
+                        unlink(partial)
+                        download.partialPath = nil
+                    }
                 }
             }
             if let updated {
