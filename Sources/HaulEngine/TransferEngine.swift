@@ -4,6 +4,7 @@ import HaulCore
 import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 import Synchronization
 
 /// Runs transfers for one session: owns the HTTP client (its connection pool), the per-host
@@ -21,6 +22,8 @@ package final class TransferEngine: Sendable {
         package var maximumRedirects: Int = 16
         /// Proxies by scheme, and the hosts that bypass them.
         package var proxies = ProxySettings()
+        /// TLS protocol versions and the client certificate.
+        package var tls = TLSOptions()
 
         package init() {}
     }
@@ -47,7 +50,16 @@ package final class TransferEngine: Sendable {
     /// Custom protocol handlers, asked in order before the network.
     package let interceptors: [any TransferInterceptor]
 
-    package init(configuration: Configuration, cookieJar: (any TransferCookieJar)? = nil, interceptors: [any TransferInterceptor] = []) {
+    /// Asks about each https server's certificate chain before the first request to it, when
+    /// the session has someone to ask (its delegate).
+    package let trustGate: ServerTrustGate?
+
+    package init(
+        configuration: Configuration,
+        cookieJar: (any TransferCookieJar)? = nil,
+        interceptors: [any TransferInterceptor] = [],
+        serverTrustHandler: ServerTrustGate.Handler? = nil
+    ) {
         self.configuration = configuration
         self.cookieJar = cookieJar
         self.interceptors = interceptors
@@ -67,15 +79,25 @@ package final class TransferEngine: Sendable {
             decompression: .disabled
         )
         clientConfiguration.httpVersion = .automatic
+        clientConfiguration.tlsConfiguration = configuration.tls.clientConfiguration()
         // One event loop per engine: every connection of the session and every delegate
         // callback run on the same thread, so body chunks never hop between threads and idle
         // connections are always reusable (a connection pinned to another loop would not be).
         // Sessions spread over the loops of the shared group.
-        self.eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        self.eventLoop = eventLoop
         self.client = HTTPClient(eventLoopGroup: self.eventLoop, configuration: clientConfiguration)
         self.clientConfiguration = clientConfiguration
         self.limiter = HostConnectionLimiter(limit: configuration.maximumConnectionsPerHost)
         self.redirectPolicy = RedirectPolicy(maximumRedirects: configuration.maximumRedirects)
+        self.trustGate = serverTrustHandler.map {
+            ServerTrustGate(
+                handler: $0,
+                options: configuration.tls,
+                connectTimeout: .nanoseconds(Self.nanoseconds(configuration.connectTimeout)),
+                eventLoop: eventLoop
+            )
+        }
     }
 
     /// The client for a request to `url`: through the configured proxy, if any applies, and

@@ -3,6 +3,7 @@ import NIOCore
 import NIOHTTP1
 import NIOHTTPCompression
 import NIOPosix
+import NIOSSL
 import Synchronization
 
 /// An HTTP/1.1 server on 127.0.0.1 for tests and benchmarks, serving deterministic content with
@@ -60,16 +61,23 @@ public final class FaultInjectingHTTPServer: Sendable {
     /// The TCP port the server listens on (on 127.0.0.1).
     public let port: Int
 
-    private init(channel: any Channel) {
+    /// `https` when the server speaks TLS, else `http`.
+    public let scheme: String
+
+    private init(channel: any Channel, scheme: String) {
         self.channel = channel
         self.port = channel.localAddress?.port ?? 0
+        self.scheme = scheme
     }
 
     /// Starts a server on 127.0.0.1.
     ///
-    /// - Parameter port: the port, or 0 for any free one.
-    public static func start(port: Int = 0) async throws -> FaultInjectingHTTPServer {
+    /// - Parameters:
+    ///   - port: the port, or 0 for any free one.
+    ///   - tls: a server TLS configuration to speak HTTPS (see ``TestCertificates``).
+    public static func start(port: Int = 0, tls: TLSConfiguration? = nil) async throws -> FaultInjectingHTTPServer {
         let box = Mutex<FaultInjectingHTTPServer?>(nil)
+        let sslContext = try tls.map { try NIOSSLContext(configuration: $0) }
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -78,6 +86,7 @@ public final class FaultInjectingHTTPServer: Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     let server = box.withLock { $0 }!
                     let sync = channel.pipeline.syncOperations
+                    if let sslContext { try sync.addHandler(NIOSSLServerHandler(context: sslContext)) }
                     try sync.configureHTTPServerPipeline(withErrorHandling: true)
                     try sync.addHandler(
                         HTTPResponseCompressor(responseCompressionPredicate: { head, _ in
@@ -93,14 +102,14 @@ public final class FaultInjectingHTTPServer: Sendable {
             }
             .bind(host: "127.0.0.1", port: port)
             .get()
-        let server = FaultInjectingHTTPServer(channel: channel)
+        let server = FaultInjectingHTTPServer(channel: channel, scheme: tls == nil ? "http" : "https")
         box.withLock { $0 = server }
         return server
     }
 
-    /// `http://127.0.0.1:PORT` followed by `pathAndQuery`.
+    /// `http://127.0.0.1:PORT` (or `https://`) followed by `pathAndQuery`.
     public func url(_ pathAndQuery: String) -> URL {
-        URL(string: "http://127.0.0.1:\(self.port)\(pathAndQuery)")!
+        URL(string: "\(self.scheme)://127.0.0.1:\(self.port)\(pathAndQuery)")!
     }
 
     /// Stops listening and closes the listening socket.

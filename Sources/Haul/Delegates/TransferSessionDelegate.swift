@@ -19,6 +19,25 @@ public protocol TransferSessionDelegate: AnyObject {
     /// Called once per connection, after those events' `didFinishDownloadingTo` and
     /// `didCompleteWithError` calls.
     func urlSessionDidFinishEvents(forBackgroundURLSession session: TransferSession)
+
+    /// A server's certificate chain is to be judged (``TransferAuthenticationMethodServerTrust``;
+    /// the chain is `challenge.protectionSpace.transferServerTrust`). Called once per https
+    /// host and port per session, before the first request to it; the request waits for
+    /// `completionHandler`, which must be called once.
+    ///
+    /// - `.useCredential` (any credential, or `nil`: Linux has no `URLCredential(trust:)`):
+    ///   trust this chain. Requests to the server then trust exactly it (pinning), unless it
+    ///   also passes default verification.
+    /// - `.performDefaultHandling`, `.rejectProtectionSpace`: default verification (the
+    ///   system's trust roots and the host name); an untrusted server fails the request with
+    ///   `URLError(.serverCertificateUntrusted)`. The default implementation answers this.
+    /// - `.cancelAuthenticationChallenge`: requests fail with `URLError(.cancelled)`, and the
+    ///   next request to the server asks again.
+    func urlSession(
+        _ session: TransferSession,
+        didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    )
 }
 
 /// Task-level events, as `URLSessionTaskDelegate`.
@@ -116,6 +135,14 @@ extension TransferSessionDelegate {
     public func urlSession(_ session: TransferSession, didBecomeInvalidWithError error: (any Error)?) {}
 
     public func urlSessionDidFinishEvents(forBackgroundURLSession session: TransferSession) {}
+
+    public func urlSession(
+        _ session: TransferSession,
+        didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
+        completionHandler(.performDefaultHandling, nil)
+    }
 }
 
 extension TransferSessionTaskDelegate {

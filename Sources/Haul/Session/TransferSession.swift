@@ -30,6 +30,8 @@ public final class TransferSession: Sendable {
     let configurationSnapshot: TransferSessionConfiguration.Snapshot
     private let configurationCopy: UncheckedSendable<TransferSessionConfiguration>
     let engine: TransferEngine
+    /// Asks the delegate about servers' certificates; `nil` without a delegate.
+    private let trustAsker: ServerTrustAsker?
     /// The configuration's credential store (for challenges).
     let credentialStorage: TransferCredentialStorage?
     private let isShared: Bool
@@ -95,11 +97,25 @@ public final class TransferSession: Sendable {
         engineConfiguration.maximumConnectionsPerHost = copy.httpMaximumConnectionsPerHost
         engineConfiguration.maximumRedirects = copy.maximumRedirects
         engineConfiguration.proxies = copy.proxySettings
+        engineConfiguration.tls.minimumVersion = copy.tlsMinimumSupportedProtocolVersion.nioVersion
+        engineConfiguration.tls.maximumVersion = copy.tlsMaximumSupportedProtocolVersion.nioVersion
+        engineConfiguration.tls.clientIdentity = copy.tlsClientCertificate?.identity
         let cookieJar = copy.httpCookieStorage.map {
             SessionCookieJar(storage: $0, sendsCookies: copy.httpShouldSetCookies, acceptPolicy: copy.httpCookieAcceptPolicy)
         }
         let interceptors: [any TransferInterceptor] = copy.protocolClasses.isEmpty ? [] : [ProtocolClassInterceptor(classes: copy.protocolClasses)]
-        self.engine = TransferEngine(configuration: engineConfiguration, cookieJar: cookieJar, interceptors: interceptors)
+        // Server trust goes to the delegate, which needs a probe handshake per https server:
+        // only sessions with a delegate pay for it.
+        let trustAsker = delegate == nil ? nil : ServerTrustAsker()
+        self.trustAsker = trustAsker
+        self.engine = TransferEngine(
+            configuration: engineConfiguration,
+            cookieJar: cookieJar,
+            interceptors: interceptors,
+            serverTrustHandler: trustAsker.map { asker -> ServerTrustGate.Handler in
+                { question in await asker.ask(question) }
+            }
+        )
         self.credentialStorage = copy.urlCredentialStorage
         self.isShared = isShared
         switch copy.kind {
@@ -116,6 +132,7 @@ public final class TransferSession: Sendable {
         // Like URLSession, a session lives until it is invalidated, even with no reference
         // left to it: its tasks keep running and its delegate keeps being called.
         Self.liveSessions.withLock { $0[ObjectIdentifier(self)] = self }
+        trustAsker?.attach(self)
         if copy.kind == .background {
             self.connectBackgroundSession(copy.snapshot)
         }
@@ -542,6 +559,7 @@ public final class TransferSession: Sendable {
             box.clear()
         }
         Self.liveSessions.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(self)) }
+        self.trustAsker?.detach()
         let engine = self.engine
         let ephemeralDirectory = self.configurationSnapshot.kind == .ephemeral ? self.downloadDirectory : nil
         Task {

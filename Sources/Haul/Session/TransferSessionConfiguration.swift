@@ -99,6 +99,12 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     /// `.useCredential`: ``TransferCredentialStorage/shared`` for `.default`, a private store
     /// for `.ephemeral`; `nil` for none.
     public var urlCredentialStorage: TransferCredentialStorage?
+    /// The lowest TLS version offered. Default `.TLSv12`, as URLSession.
+    public var tlsMinimumSupportedProtocolVersion: TLSProtocolVersion = .TLSv12
+    /// The highest TLS version offered. Default `.TLSv13`.
+    public var tlsMaximumSupportedProtocolVersion: TLSProtocolVersion = .TLSv13
+    /// The client certificate presented when a server asks for one; `nil` for none.
+    public var tlsClientCertificate: TransferClientCertificate?
 
     init(kind: Kind) {
         self.kind = kind
@@ -137,6 +143,9 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         copy.connectionProxyDictionary = self.connectionProxyDictionary
         copy.usesEnvironmentProxies = self.usesEnvironmentProxies
         copy.protocolClasses = self.protocolClasses
+        copy.tlsMinimumSupportedProtocolVersion = self.tlsMinimumSupportedProtocolVersion
+        copy.tlsMaximumSupportedProtocolVersion = self.tlsMaximumSupportedProtocolVersion
+        copy.tlsClientCertificate = self.tlsClientCertificate
         return copy
     }
 

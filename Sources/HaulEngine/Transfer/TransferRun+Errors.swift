@@ -7,6 +7,7 @@ import HaulCore
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 
 extension TransferRun {
     /// Maps whatever the HTTP stack threw to the `URLError` URLSession would report.
@@ -41,6 +42,16 @@ extension TransferRun {
             case .bodyLengthMismatch: return make(.networkConnectionLost, "the body length did not match")
             default: return make(.badServerResponse, "\(clientError)")
             }
+        }
+        if error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError {
+            let description = String(describing: error)
+            if description.contains("CERTIFICATE_VERIFY_FAILED") {
+                return make(.serverCertificateUntrusted, "the server's certificate is not trusted (\(description))")
+            }
+            if description.contains("CERTIFICATE_REQUIRED") {
+                return make(.clientCertificateRequired, "the server requires a client certificate (\(description))")
+            }
+            return make(.secureConnectionFailed, "the TLS handshake with \(url.host ?? "the server") failed (\(description))")
         }
         if error is HTTPParserError {
             return make(.networkConnectionLost, "the connection ended in the middle of a response (\(error))")

@@ -6,6 +6,7 @@ import FoundationNetworking
 import HaulCore
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 import Synchronization
 
 /// One transfer from first request to outcome: follows redirects (asking the observer), resumes
@@ -244,13 +245,24 @@ package final class TransferRun: Sendable {
         if let jar = self.engine.cookieJar, !headers.contains("Cookie"), let cookies = jar.cookieHeader(for: request.url) {
             headers.add(name: "Cookie", value: cookies)
         }
+        var tlsConfiguration: TLSConfiguration?
+        if request.url.scheme?.lowercased() == "https", let gate = self.engine.trustGate,
+            self.engine.configuration.proxies.proxy(for: request.url) == nil, let host = request.url.host
+        {
+            switch await gate.decision(host: host, port: request.url.port ?? 443) {
+            case .useDefault: break
+            case .use(let configuration): tlsConfiguration = configuration
+            case .refused(let error): return .failed(error)
+            }
+        }
         let clientRequest: HTTPClient.Request
         do {
             clientRequest = try HTTPClient.Request(
                 url: request.url,
                 method: HTTPMethod(rawValue: request.method),
                 headers: HTTPHeaders(headers.fields.map { ($0.name, $0.value) }),
-                body: try self.body(of: request)
+                body: try self.body(of: request),
+                tlsConfiguration: tlsConfiguration
             )
         } catch {
             return .failed(Self.urlError(for: error, url: request.url))

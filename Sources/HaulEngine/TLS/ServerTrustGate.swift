@@ -1,0 +1,141 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import NIOCore
+import NIOSSL
+import Synchronization
+
+/// What a session's delegate is shown about a server before the first request to it.
+package struct ServerTrustQuestion: Sendable {
+    package var host: String
+    package var port: Int
+    /// The certificates the server presented, DER-encoded, leaf first.
+    package var certificates: [[UInt8]]
+    /// Whether the chain passes default verification (the system's trust roots, the host
+    /// name). Runs one more handshake the first time it is asked; the answer is kept.
+    package var evaluateByDefault: @Sendable () async -> Bool
+}
+
+/// A delegate's verdict on a server's certificate chain.
+package enum ServerTrustAnswer: Sendable {
+    /// Trust the chain that was shown (pinning, self-signed servers).
+    case trustPresentedChain
+    /// Default verification decides.
+    case performDefaultHandling
+    /// Refuse the server: requests fail with `error`.
+    case refuse(URLError)
+}
+
+/// Asks the session's delegate about each https server once, before the first request to it,
+/// and turns the answer into the TLS configuration the engine's requests to that server use.
+///
+/// Trusting a presented chain pins it: requests to that host and port then trust exactly that
+/// chain (not the system's roots), so a later connection presenting another certificate fails.
+/// When the accepted chain also passes default verification the default configuration is kept
+/// instead, because a chain that ends in an intermediate cannot be used as its own anchor.
+/// A refusal is not remembered: the next request asks again.
+package final class ServerTrustGate: Sendable {
+    package typealias Handler = @Sendable (ServerTrustQuestion) async -> ServerTrustAnswer
+
+    /// How requests to one server go.
+    package enum Decision: Sendable {
+        /// The engine's default TLS configuration.
+        case useDefault
+        /// This configuration (trusting only the accepted chain).
+        case use(TLSConfiguration)
+        /// No request: fail with this error.
+        case refused(URLError)
+    }
+
+    private let handler: Handler
+    private let options: TLSOptions
+    private let connectTimeout: TimeAmount
+    private let eventLoop: any EventLoop
+    private let decisions = Mutex<[String: Task<Decision, Never>]>([:])
+
+    package init(handler: @escaping Handler, options: TLSOptions, connectTimeout: TimeAmount, eventLoop: any EventLoop) {
+        self.handler = handler
+        self.options = options
+        self.connectTimeout = connectTimeout
+        self.eventLoop = eventLoop
+    }
+
+    /// The decision for `host`:`port`, asking the delegate when there is none yet. Concurrent
+    /// callers for one server share one probe and one question.
+    package func decision(host: String, port: Int) async -> Decision {
+        let key = "\(host.lowercased()):\(port)"
+        let task = self.decisions.withLock { decisions -> Task<Decision, Never> in
+            if let task = decisions[key] { return task }
+            let task = Task { await self.decide(host: host, port: port) }
+            decisions[key] = task
+            return task
+        }
+        let decision = await task.value
+        if case .refused = decision {
+            self.decisions.withLock { decisions in
+                if decisions[key] == task { decisions[key] = nil }
+            }
+        }
+        return decision
+    }
+
+    private func decide(host: String, port: Int) async -> Decision {
+        let defaultConfiguration = self.options.clientConfiguration()
+        let chain: [NIOSSLCertificate]
+        do {
+            var probeConfiguration = defaultConfiguration
+            probeConfiguration.certificateVerification = .none
+            chain = try await TLSHandshakeProbe.presentedChain(
+                host: host,
+                port: port,
+                configuration: probeConfiguration,
+                connectTimeout: self.connectTimeout,
+                eventLoop: self.eventLoop
+            )
+        } catch {
+            // No chain to judge (no connection, no TLS): the request itself reports why.
+            return .useDefault
+        }
+        let verdict = DefaultVerdict()
+        let connectTimeout = self.connectTimeout
+        let eventLoop = self.eventLoop
+        let question = ServerTrustQuestion(
+            host: host,
+            port: port,
+            certificates: chain.compactMap { try? $0.toDERBytes() },
+            evaluateByDefault: {
+                await verdict.value {
+                    (try? await TLSHandshakeProbe.passesVerification(
+                        host: host,
+                        port: port,
+                        configuration: defaultConfiguration,
+                        connectTimeout: connectTimeout,
+                        eventLoop: eventLoop
+                    )) ?? false
+                }
+            }
+        )
+        switch await self.handler(question) {
+        case .performDefaultHandling:
+            return .useDefault
+        case .refuse(let error):
+            return .refused(error)
+        case .trustPresentedChain:
+            if await question.evaluateByDefault() { return .useDefault }
+            return .use(self.options.pinnedConfiguration(trusting: chain))
+        }
+    }
+}
+
+/// The default-verification result of one chain, computed at most once.
+private actor DefaultVerdict {
+    private var result: Bool?
+
+    func value(_ compute: @Sendable () async -> Bool) async -> Bool {
+        if let result { return result }
+        let computed = await compute()
+        self.result = computed
+        return computed
+    }
+}

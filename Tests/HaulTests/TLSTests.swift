@@ -1,0 +1,235 @@
+import Foundation
+import Haul
+import HaulTestSupport
+import NIOSSL
+import Synchronization
+import Testing
+
+/// Judges servers' certificate chains by a pinned SHA-256 and records what it was shown.
+final class PinningDelegate: TransferSessionDelegate, Sendable {
+    let pin: String?
+    let shown = Mutex<[TransferServerTrust]>([])
+    let defaultVerdicts = Mutex<[Bool]>([])
+
+    /// `pin`: the leaf's SHA-256 to trust; `nil` answers `.performDefaultHandling`.
+    init(pin: String?) {
+        self.pin = pin
+    }
+
+    func urlSession(
+        _ session: TransferSession,
+        didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
+        guard challenge.protectionSpace.authenticationMethod == TransferAuthenticationMethodServerTrust,
+            let trust = challenge.protectionSpace.transferServerTrust
+        else {
+            completionHandler(.performDefaultHandling, nil)
+            return
+        }
+        self.shown.withLock { $0.append(trust) }
+        guard let pin else {
+            completionHandler(.performDefaultHandling, nil)
+            return
+        }
+        trust.evaluate { trustedByDefault in
+            self.defaultVerdicts.withLock { $0.append(trustedByDefault) }
+            if trust.sha256Fingerprints.first == pin {
+                completionHandler(.useCredential, nil)
+            } else {
+                completionHandler(.cancelAuthenticationChallenge, nil)
+            }
+        }
+    }
+}
+
+@Suite("TLS: server trust, pinning, protocol versions, client certificates")
+struct TLSTests {
+    let certificates: TestCertificates
+
+    init() throws {
+        self.certificates = try TestCertificates()
+    }
+
+    func session(_ delegate: (any TransferSessionDelegate)?, configure: (TransferSessionConfiguration) -> Void = { _ in }) -> TransferSession {
+        let configuration = TransferSessionConfiguration.ephemeral
+        configure(configuration)
+        return TransferSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+    }
+
+    @Test("A pinned self-signed certificate is accepted: asked once per server, the bytes arrive")
+    func pinnedAccepted() async throws {
+        defer { certificates.remove() }
+        let identity = try certificates.selfSigned(name: "pinned")
+        let server = try await FaultInjectingHTTPServer.start(tls: try TestCertificates.serverConfiguration(identity))
+        let delegate = PinningDelegate(pin: try identity.sha256())
+        let session = self.session(delegate)
+        defer { session.finishTasksAndInvalidate() }
+
+        let (data, response) = try await session.data(from: server.url("/file/a?size=300000&seed=7"))
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        #expect(data == Data(TestContent.bytes(0..<300_000, seed: 7)))
+        let (file, _) = try await session.download(from: server.url("/file/b?size=2000000&seed=8"))
+        #expect(try TestContent.sha256Hex(ofFileAt: file.path) == TestContent.sha256Hex(size: 2_000_000, seed: 8))
+
+        let shown = delegate.shown.withLock { $0 }
+        #expect(shown.count == 1, "one question per host and port, not per request")
+        #expect(shown.first?.host == "127.0.0.1" && shown.first?.port == server.port)
+        #expect(shown.first?.certificates.count == 1)
+        #expect(shown.first?.certificates.first.map { [UInt8]($0) } == (try identity.derBytes()))
+        #expect(delegate.defaultVerdicts.withLock { $0 } == [false], "a self-signed certificate is not trusted by default")
+        #expect(server.requests.count == 2)
+        try await server.shutdown()
+    }
+
+    @Test("A certificate that does not match the pin is refused before any request is sent")
+    func wrongPinRefused() async throws {
+        defer { certificates.remove() }
+        let expected = try certificates.selfSigned(name: "expected")
+        let presented = try certificates.selfSigned(name: "impostor")
+        let server = try await FaultInjectingHTTPServer.start(tls: try TestCertificates.serverConfiguration(presented))
+        let delegate = PinningDelegate(pin: try expected.sha256())
+        let session = self.session(delegate)
+        defer { session.finishTasksAndInvalidate() }
+
+        let error = await #expect(throws: URLError.self) {
+            _ = try await session.data(from: server.url("/file/a?size=1000"))
+        }
+        #expect(error?.code == .cancelled)
+        #expect(server.requests.isEmpty, "no HTTP request reached the refused server")
+        // A refusal is not remembered: the next request asks again.
+        _ = try? await session.data(from: server.url("/file/a?size=1000"))
+        #expect(delegate.shown.withLock { $0.count } == 2)
+        try await server.shutdown()
+    }
+
+    @Test("Default handling refuses a self-signed certificate, with and without a delegate")
+    func defaultHandlingRefusesSelfSigned() async throws {
+        defer { certificates.remove() }
+        let identity = try certificates.selfSigned(name: "untrusted")
+        let server = try await FaultInjectingHTTPServer.start(tls: try TestCertificates.serverConfiguration(identity))
+        for delegate in [PinningDelegate(pin: nil), nil] {
+            let session = self.session(delegate)
+            let error = await #expect(throws: URLError.self) {
+                _ = try await session.data(from: server.url("/file/a?size=1000"))
+            }
+            #expect(error?.code == .serverCertificateUntrusted, "\(String(describing: error))")
+            session.finishTasksAndInvalidate()
+        }
+        #expect(server.requests.isEmpty)
+        try await server.shutdown()
+    }
+
+    @Test("Trust is per server: a pin accepted for one server is not applied to another")
+    func trustIsPerServer() async throws {
+        defer { certificates.remove() }
+        let first = try certificates.selfSigned(name: "first")
+        let second = try certificates.selfSigned(name: "second")
+        let serverA = try await FaultInjectingHTTPServer.start(tls: try TestCertificates.serverConfiguration(first))
+        let serverB = try await FaultInjectingHTTPServer.start(tls: try TestCertificates.serverConfiguration(second))
+        let delegate = PinningDelegate(pin: try first.sha256())
+        let session = self.session(delegate)
+        defer { session.finishTasksAndInvalidate() }
+        _ = try await session.data(from: serverA.url("/file/a?size=1000"))
+        await #expect(throws: URLError.self) { _ = try await session.data(from: serverB.url("/file/a?size=1000")) }
+        #expect(delegate.shown.withLock { $0.map(\.port) } == [serverA.port, serverB.port])
+        #expect(serverB.requests.isEmpty)
+        try await serverA.shutdown()
+        try await serverB.shutdown()
+    }
+
+    @Test("The accepted chain is pinned: a new connection to the same port presenting another certificate fails")
+    func pinHoldsOnLaterConnections() async throws {
+        defer { certificates.remove() }
+        let original = try certificates.selfSigned(name: "original")
+        let replacement = try certificates.selfSigned(name: "replacement")
+        let first = try await FaultInjectingHTTPServer.start(tls: try TestCertificates.serverConfiguration(original))
+        let port = first.port
+        let delegate = PinningDelegate(pin: try original.sha256())
+        let session = self.session(delegate)
+        defer { session.finishTasksAndInvalidate() }
+        var request = URLRequest(url: first.url("/file/a?size=1000"))
+        request.setValue("close", forHTTPHeaderField: "Connection")  // no pooled connection survives
+        _ = try await session.data(for: request)
+        try await first.shutdown()
+        try await Task.sleep(for: .milliseconds(100))
+
+        let second = try await FaultInjectingHTTPServer.start(port: port, tls: try TestCertificates.serverConfiguration(replacement))
+        let error = await #expect(throws: URLError.self) {
+            _ = try await session.data(from: second.url("/file/a?size=1000"))
+        }
+        #expect(error?.code == .serverCertificateUntrusted, "\(String(describing: error))")
+        #expect(second.requests.isEmpty)
+        #expect(delegate.shown.withLock { $0.count } == 1, "the decision for this server was already made")
+        try await second.shutdown()
+    }
+
+    @Test("tlsMinimumSupportedProtocolVersion: a TLS 1.2-only server is refused when 1.3 is required")
+    func minimumVersion() async throws {
+        defer { certificates.remove() }
+        let identity = try certificates.selfSigned(name: "old")
+        let server = try await FaultInjectingHTTPServer.start(
+            tls: try TestCertificates.serverConfiguration(identity, maximumVersion: .tlsv12)
+        )
+        let pin = try identity.sha256()
+        let relaxed = self.session(PinningDelegate(pin: pin))
+        let (_, response) = try await relaxed.data(from: server.url("/file/a?size=1000"))
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        relaxed.finishTasksAndInvalidate()
+
+        let strict = self.session(PinningDelegate(pin: pin)) { $0.tlsMinimumSupportedProtocolVersion = .TLSv13 }
+        let error = await #expect(throws: URLError.self) {
+            _ = try await strict.data(from: server.url("/file/a?size=1000"))
+        }
+        #expect(error?.code == .secureConnectionFailed, "\(String(describing: error))")
+        strict.finishTasksAndInvalidate()
+        #expect(server.requests.count == 1)
+        try await server.shutdown()
+    }
+
+    @Test("Client certificates: a server that requires one refuses a session without it and serves one with it")
+    func clientCertificate() async throws {
+        defer { certificates.remove() }
+        let authority = try certificates.authority(name: "clients-ca")
+        let serverIdentity = try certificates.selfSigned(name: "server")
+        let client = try certificates.issue(name: "client", by: authority, forClient: true)
+        let stranger = try certificates.selfSigned(name: "stranger")
+        let server = try await FaultInjectingHTTPServer.start(
+            tls: try TestCertificates.serverConfiguration(serverIdentity, requiringClientCertificatesFrom: authority)
+        )
+        let pin = try serverIdentity.sha256()
+
+        let anonymous = self.session(PinningDelegate(pin: pin))
+        let refused = await #expect(throws: URLError.self) {
+            _ = try await anonymous.data(from: server.url("/file/a?size=1000"))
+        }
+        #expect([.clientCertificateRequired, .clientCertificateRejected, .secureConnectionFailed].contains(refused?.code), "\(String(describing: refused))")
+        anonymous.finishTasksAndInvalidate()
+
+        let foreign = self.session(PinningDelegate(pin: pin)) {
+            $0.tlsClientCertificate = try? TransferClientCertificate(certificateChainFile: stranger.certificatePath, privateKeyFile: stranger.keyPath)
+        }
+        await #expect(throws: URLError.self) { _ = try await foreign.data(from: server.url("/file/a?size=1000")) }
+        foreign.finishTasksAndInvalidate()
+        #expect(server.requests.isEmpty)
+
+        let identified = self.session(PinningDelegate(pin: pin)) {
+            $0.tlsClientCertificate = try? TransferClientCertificate(certificateChainFile: client.certificatePath, privateKeyFile: client.keyPath)
+        }
+        let (data, response) = try await identified.data(from: server.url("/file/a?size=5000&seed=3"))
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        #expect(data == Data(TestContent.bytes(0..<5000, seed: 3)))
+        identified.finishTasksAndInvalidate()
+        try await server.shutdown()
+    }
+
+    @Test("Broken client certificate material is a clear error, not a silent anonymous session")
+    func badClientCertificate() throws {
+        #expect(throws: TransferClientCertificate.Failure.self) {
+            _ = try TransferClientCertificate(certificateChainPEM: Data("not a certificate".utf8), privateKeyPEM: Data())
+        }
+        #expect(throws: TransferClientCertificate.Failure.self) {
+            _ = try TransferClientCertificate(certificateChainFile: "/nonexistent/cert.pem", privateKeyFile: "/nonexistent/key.pem")
+        }
+    }
+}
