@@ -47,6 +47,9 @@ package final class TransferEngine: Sendable {
     /// The session's cookie storage, when it sends and keeps cookies.
     package let cookieJar: (any TransferCookieJar)?
 
+    /// The session's HTTP cache for data transfers, if it has one.
+    package let responseCache: (any TransferResponseCache)?
+
     /// Custom protocol handlers, asked in order before the network.
     package let interceptors: [any TransferInterceptor]
 
@@ -58,9 +61,11 @@ package final class TransferEngine: Sendable {
         configuration: Configuration,
         cookieJar: (any TransferCookieJar)? = nil,
         interceptors: [any TransferInterceptor] = [],
-        serverTrustHandler: ServerTrustGate.Handler? = nil
+        serverTrustHandler: ServerTrustGate.Handler? = nil,
+        responseCache: (any TransferResponseCache)? = nil
     ) {
         self.configuration = configuration
+        self.responseCache = responseCache
         self.cookieJar = cookieJar
         self.interceptors = interceptors
         var pool = HTTPClient.Configuration.ConnectionPool(

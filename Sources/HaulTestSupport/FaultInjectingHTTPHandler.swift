@@ -93,6 +93,8 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
             var headers: [(String, String)] = []
             if let retryAfter = query["retryAfter"] { headers.append(("Retry-After", retryAfter)) }
             self.respond(context: context, status: HTTPResponseStatus(statusCode: code), headers: headers, body: "status \(code)\n")
+        case "cache" where segments.count == 2:
+            self.serveCacheable(context: context, head: head, name: segments[1], query: query)
         case "auth" where segments.count == 2:
             self.authenticate(context: context, head: head, scheme: segments[1], query: query)
         case "setcookie":
@@ -161,6 +163,44 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
         }
         if scheme != "digest" { headers.append(("WWW-Authenticate", "Basic realm=\"\(realm)\"")) }
         self.respond(context: context, status: .unauthorized, headers: headers, body: "who are you?\n")
+    }
+
+    /// `/cache/NAME`: "NAME version V" (V from ``FaultInjectingHTTPServer/bumpVersion(of:)``)
+    /// with `Cache-Control: cc`, `ETag` (`etag=1`), `Last-Modified` (`lastModified=1`),
+    /// `Expires` now + `expires` seconds, `Vary: vary` (the body then names the request's
+    /// value of that header). A matching `If-None-Match` or `If-Modified-Since` gets a 304 with
+    /// the validators and `X-Revalidated: V`.
+    private func serveCacheable(context: ChannelHandlerContext, head: HTTPRequestHead, name: String, query: [String: String]) {
+        _ = self.server.nextRequestNumber(forKey: "cache-" + name)
+        let version = self.server.version(of: name)
+        let etag = "\"\(name)-\(version)\""
+        let lastModified = HaulCore.HTTPDate.format(Date(timeIntervalSince1970: 1_767_225_600 + Double(version) * 86_400))
+        var headers: [(String, String)] = [("Date", HaulCore.HTTPDate.format(Date()))]
+        if let cc = query["cc"] { headers.append(("Cache-Control", cc)) }
+        if query["etag"] == "1" { headers.append(("ETag", etag)) }
+        if query["lastModified"] == "1" { headers.append(("Last-Modified", lastModified)) }
+        if let seconds = Double(query["expires"] ?? "") { headers.append(("Expires", HaulCore.HTTPDate.format(Date().addingTimeInterval(seconds)))) }
+        var body = "\(name) version \(version)"
+        if let vary = query["vary"] {
+            headers.append(("Vary", vary))
+            body += " for \(head.headers.first(name: vary) ?? "-")"
+        }
+        let notModified =
+            (query["etag"] == "1" && head.headers.first(name: "If-None-Match") == etag)
+            || (query["lastModified"] == "1" && head.headers.first(name: "If-None-Match") == nil
+                && head.headers.first(name: "If-Modified-Since").flatMap(HaulCore.HTTPDate.parse).map {
+                    $0 >= HaulCore.HTTPDate.parse(lastModified)!
+                } == true)
+        if notModified {
+            headers.append(("X-Revalidated", "\(version)"))
+            context.write(
+                self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .notModified, headers: HTTPHeaders(headers)))),
+                promise: nil
+            )
+            context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
+            return
+        }
+        self.respond(context: context, status: .ok, headers: headers, body: body + "\n")
     }
 
     private func respond(

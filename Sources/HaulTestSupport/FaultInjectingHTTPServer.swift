@@ -32,6 +32,8 @@ import Synchronization
 ///   when given); `/stats` answers with the body bytes sent per key, as JSON.
 ///   - `lieLength=L` — announce `Content-Length: L` but send `size` bytes and close.
 ///   - `disposition=V` — send `Content-Disposition: V`.
+/// - `GET /cache/NAME?cc=…&etag=1&lastModified=1&expires=S&vary=H` — a small cacheable
+///   response with those headers, answering its validators with 304 (see `serveCacheable`).
 /// - `GET /redirect/N?to=PATH&status=302` — a chain of `N` redirects ending at `PATH`.
 /// - `GET /loop/a` and `/loop/b` — redirect to each other forever.
 /// - `GET /status/CODE?retryAfter=S` — that status with a short body.
@@ -54,6 +56,7 @@ public final class FaultInjectingHTTPServer: Sendable {
         var bodyBytesPerKey: [String: Int64] = [:]
         var openConnections = 0
         var peakOpenConnections = 0
+        var versions: [String: Int] = [:]
     }
 
     let state = Mutex(Counters())
@@ -128,6 +131,12 @@ public final class FaultInjectingHTTPServer: Sendable {
 
     /// Body bytes sent per key, for every key (served as JSON at `/stats` for scripts).
     public var bodyBytesPerKey: [String: Int64] { self.state.withLock { $0.bodyBytesPerKey } }
+
+    /// The version `/cache/NAME` serves (from 1).
+    public func version(of name: String) -> Int { self.state.withLock { $0.versions[name] ?? 1 } }
+
+    /// Makes `/cache/NAME` serve a new version (new body and validators).
+    public func bumpVersion(of name: String) { self.state.withLock { $0.versions[name, default: 1] += 1 } }
 
     /// The most connections that were open at once.
     public var peakOpenConnections: Int { self.state.withLock { $0.peakOpenConnections } }

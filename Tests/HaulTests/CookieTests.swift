@@ -67,6 +67,7 @@ struct SessionCookieTests {
         let file = directory.appendingPathComponent("cookies.json")
         let persistent = TransferCookieStorage(fileURL: file)
         let defaultConfiguration = TransferSessionConfiguration.default
+        defaultConfiguration.urlCache = nil
         defaultConfiguration.httpCookieStorage = persistent
         let defaultSession = TransferSession(configuration: defaultConfiguration)
         let ephemeral = TransferSession(configuration: .ephemeral)
@@ -93,6 +94,7 @@ struct SessionCookieTests {
         #expect(refusing.httpCookieStorage?.cookies?.isEmpty == true)
 
         let silent = TransferSessionConfiguration.default
+        silent.urlCache = nil
         silent.httpCookieStorage = persistent
         silent.httpShouldSetCookies = false
         let silentSession = TransferSession(configuration: silent)

@@ -156,7 +156,7 @@ struct TLSTests {
 
         let second = try await FaultInjectingHTTPServer.start(port: port, tls: try TestCertificates.serverConfiguration(replacement))
         let error = await #expect(throws: URLError.self) {
-            _ = try await session.data(from: second.url("/file/a?size=1000"))
+            _ = try await session.data(from: second.url("/file/other?size=1000"))
         }
         #expect(error?.code == .serverCertificateUntrusted, "\(String(describing: error))")
         #expect(second.requests.isEmpty)

@@ -99,6 +99,19 @@ public protocol TransferSessionDataDelegate: TransferSessionTaskDelegate {
     /// Body bytes arrived. Called zero or more times, in order; the pieces concatenated are
     /// the body.
     func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didReceive data: Data)
+
+    /// The response is about to be stored in the session's ``TransferURLCache``. Call
+    /// `completionHandler` once with the response to store (possibly another one, or with
+    /// another `storagePolicy`) or `nil` to store nothing. Called at most once per task, after
+    /// the last `didReceive data` and before `didCompleteWithError`, only for responses HTTP
+    /// allows to be stored; the task waits. Not called for tasks with a completion handler
+    /// (their responses are stored as they are).
+    func urlSession(
+        _ session: TransferSession,
+        dataTask: TransferSessionDataTask,
+        willCacheResponse proposedResponse: CachedURLResponse,
+        completionHandler: @escaping @Sendable (CachedURLResponse?) -> Void
+    )
 }
 
 /// Download-task events, as `URLSessionDownloadDelegate`.
@@ -187,6 +200,15 @@ extension TransferSessionDataDelegate {
     }
 
     public func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didReceive data: Data) {}
+
+    public func urlSession(
+        _ session: TransferSession,
+        dataTask: TransferSessionDataTask,
+        willCacheResponse proposedResponse: CachedURLResponse,
+        completionHandler: @escaping @Sendable (CachedURLResponse?) -> Void
+    ) {
+        completionHandler(proposedResponse)
+    }
 }
 
 extension TransferSessionDownloadDelegate {

@@ -114,7 +114,8 @@ public final class TransferSession: Sendable {
             interceptors: interceptors,
             serverTrustHandler: trustAsker.map { asker -> ServerTrustGate.Handler in
                 { question in await asker.ask(question) }
-            }
+            },
+            responseCache: copy.urlCache
         )
         self.credentialStorage = copy.urlCredentialStorage
         self.isShared = isShared
@@ -755,12 +756,16 @@ public final class TransferSession: Sendable {
         do {
             // A custom protocol class may claim any scheme (`stub://`, `app://`).
             let claimed = self.configurationCopy.value.protocolClasses.contains { $0.canInit(with: request) }
-            let engineRequest = try TransferRequest(
+            var engineRequest = try TransferRequest(
                 request,
                 additionalHeaders: self.configurationSnapshot.httpAdditionalHeaders,
                 isDownload: isDownload,
                 allowsAnyScheme: claimed
             )
+            // The request's own policy, unless it left the choice to the configuration.
+            engineRequest.cachePolicy = request.cachePolicy == .useProtocolCachePolicy
+                ? self.configurationSnapshot.requestCachePolicy
+                : TransferSessionConfiguration.cachePolicy(request.cachePolicy) ?? .useProtocolCachePolicy
             task.inner.withLock { inner in
                 if inner.creationError == nil { inner.engineRequest = engineRequest }
             }

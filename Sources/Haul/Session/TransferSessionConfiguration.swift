@@ -99,6 +99,12 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     /// `.useCredential`: ``TransferCredentialStorage/shared`` for `.default`, a private store
     /// for `.ephemeral`; `nil` for none.
     public var urlCredentialStorage: TransferCredentialStorage?
+    /// The HTTP cache data tasks use: ``TransferURLCache/shared`` (memory and disk) for
+    /// `.default`, a private memory-only cache for `.ephemeral`; `nil` for none.
+    public var urlCache: TransferURLCache?
+    /// The cache policy of requests whose own `cachePolicy` is `.useProtocolCachePolicy`
+    /// (and of tasks created from a URL). Default `.useProtocolCachePolicy`.
+    public var requestCachePolicy: URLRequest.CachePolicy = .useProtocolCachePolicy
     /// The lowest TLS version offered. Default `.TLSv12`, as URLSession.
     public var tlsMinimumSupportedProtocolVersion: TLSProtocolVersion = .TLSv12
     /// The highest TLS version offered. Default `.TLSv13`.
@@ -112,12 +118,15 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         case .default:
             self.httpCookieStorage = .shared
             self.urlCredentialStorage = .shared
+            self.urlCache = .shared
         case .ephemeral:
             self.httpCookieStorage = TransferCookieStorage()
             self.urlCredentialStorage = TransferCredentialStorage()
+            self.urlCache = TransferURLCache(memoryCapacity: 4 << 20, diskCapacity: 0)
         case .background:
             self.httpCookieStorage = nil
             self.urlCredentialStorage = nil
+            self.urlCache = nil
         }
     }
 
@@ -146,6 +155,8 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         copy.tlsMinimumSupportedProtocolVersion = self.tlsMinimumSupportedProtocolVersion
         copy.tlsMaximumSupportedProtocolVersion = self.tlsMaximumSupportedProtocolVersion
         copy.tlsClientCertificate = self.tlsClientCertificate
+        copy.urlCache = self.urlCache
+        copy.requestCachePolicy = self.requestCachePolicy
         return copy
     }
 
@@ -171,8 +182,21 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
             temporaryDirectory: self.temporaryDirectory,
             identifier: self.identifier,
             sessionSendsLaunchEvents: self.sessionSendsLaunchEvents,
-            launchCommand: self.launchCommand
+            launchCommand: self.launchCommand,
+            requestCachePolicy: Self.cachePolicy(self.requestCachePolicy) ?? .useProtocolCachePolicy
         )
+    }
+
+    /// The engine's form of a `URLRequest.CachePolicy` (`nil` for a case Haul does not know).
+    static func cachePolicy(_ policy: URLRequest.CachePolicy) -> CachePolicy? {
+        switch policy {
+        case .useProtocolCachePolicy: .useProtocolCachePolicy
+        case .reloadIgnoringLocalCacheData, .reloadIgnoringLocalAndRemoteCacheData: .reloadIgnoringLocalCacheData
+        case .returnCacheDataElseLoad: .returnCacheDataElseLoad
+        case .returnCacheDataDontLoad: .returnCacheDataDontLoad
+        case .reloadRevalidatingCacheData: .reloadRevalidatingCacheData
+        @unknown default: nil
+        }
     }
 
     struct Snapshot: Sendable {
@@ -186,5 +210,6 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         var identifier: String?
         var sessionSendsLaunchEvents: Bool
         var launchCommand: [String]?
+        var requestCachePolicy: CachePolicy
     }
 }

@@ -76,6 +76,33 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
         }
     }
 
+    override func willStore(_ response: StoredResponse) async -> StoredResponse? {
+        guard self.hasDelegateCallbacks, let request = self.currentRequest ?? self.originalRequest else { return response }
+        let session = self.session
+        let proposed = TransferURLCache.cachedURLResponse(response)
+        let answer: UncheckedSendable<CachedURLResponse?> = await withCheckedContinuation { continuation in
+            session.enqueueDelegateCall { delegate in
+                guard let dataDelegate = delegate as? any TransferSessionDataDelegate else {
+                    continuation.resume(returning: UncheckedSendable(proposed.value))
+                    return
+                }
+                let once = OnceFlag()
+                dataDelegate.urlSession(session, dataTask: self, willCacheResponse: proposed.value) { chosen in
+                    if once.claim() { continuation.resume(returning: UncheckedSendable(chosen)) }
+                }
+            }
+        }
+        guard let chosen = answer.value else { return nil }
+        if chosen === proposed.value { return response }
+        return TransferURLCache.storedResponse(chosen, request: request).map {
+            var stored = $0
+            stored.requestTime = response.requestTime
+            stored.responseTime = response.responseTime
+            stored.varyingRequestHeaders = response.varyingRequestHeaders
+            return stored
+        }
+    }
+
     override func bodyReceived(_ data: Data) {
         if let sink = self.sink {
             self.inner.withLock { $0.countOfBytesReceived += Int64(data.count) }

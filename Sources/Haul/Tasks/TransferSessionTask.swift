@@ -224,6 +224,10 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
         if self.inner.withLock({ $0.pendingBytesWritten > 0 }) { self.scheduleProgressDelivery() }
     }
 
+    /// A response is about to be stored in the session's cache: the entry to store, or `nil`.
+    /// Data tasks with delegate callbacks ask `willCacheResponse`.
+    func willStore(_ response: StoredResponse) async -> StoredResponse? { response }
+
     /// The partial file of a download task; data tasks never use it.
     var partialFilePath: String { preconditionFailure("only download tasks have a partial file") }
 
@@ -382,6 +386,10 @@ extension TransferSessionTask: TransferRunObserver {
     }
 
     package var handlesAuthentication: Bool { true }
+
+    package func transferRun(_ run: TransferRun, willStore response: StoredResponse) async -> StoredResponse? {
+        await self.willStore(response)
+    }
 
     package func transferRun(
         _ run: TransferRun,

@@ -29,6 +29,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         case toObserver(ResponseInfo)
         case toFile(ResponseInfo, PartialFile)
         case alreadyComplete(ResponseInfo, total: Int64)
+        case notModified(ResponseInfo)
     }
 
     /// A redirect body larger than this is not kept (it is only used when a redirect is refused).
@@ -36,12 +37,19 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
 
     private let run: TransferRun
     private let url: URL
+    private let request: TransferRequest
     private var mode = Mode.awaitingHead
     private var writeOffset: Int64 = 0
+    /// The body collected for the session's cache, while it stays small enough.
+    private var cacheBody: ByteBuffer?
+    private var cacheLimit = 0
+    private let requestTime = Date()
+    private var responseTime = Date()
 
-    init(run: TransferRun, url: URL) {
+    init(run: TransferRun, request: TransferRequest) {
         self.run = run
-        self.url = url
+        self.url = request.url
+        self.request = request
     }
 
     func didReceiveHead(task: HTTPClient.Task<Response>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
@@ -65,6 +73,22 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
             return task.eventLoop.makeSucceededVoidFuture()
         }
         guard case .file(let path, _) = self.run.destination else {
+            self.responseTime = Date()
+            if response.statusCode == 304, self.run.isRevalidating {
+                self.mode = .notModified(response)
+                return task.eventLoop.makeSucceededVoidFuture()
+            }
+            if let cache = self.run.engine.responseCache,
+                HTTPCacheRules.isStorable(
+                    method: self.request.method,
+                    requestHeaders: self.request.headers,
+                    statusCode: response.statusCode,
+                    responseHeaders: headers
+                )
+            {
+                self.cacheBody = ByteBuffer()
+                self.cacheLimit = cache.maximumEntryBytes
+            }
             self.run.state.withLock { $0.lastResponse = response }
             self.mode = .toObserver(response)
             self.run.observer.transferRun(
@@ -145,6 +169,14 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                 }
             }
         case .toObserver:
+            if var body = self.cacheBody {
+                self.cacheBody = nil  // no copy-on-write while appending
+                if body.readableBytes + buffer.readableBytes <= self.cacheLimit {
+                    var copy = buffer
+                    body.writeBuffer(&copy)
+                    self.cacheBody = body
+                }
+            }
             self.run.observer.transferRun(self.run, didReceive: buffer)
         case .redirect(let response, var body):
             if body.readableBytes + buffer.readableBytes <= Self.maximumRedirectBodyBytes {
@@ -158,7 +190,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                 body.writeBuffer(&copy)
                 self.mode = .challenge(response, body)
             }
-        case .awaitingHead, .alreadyComplete:
+        case .awaitingHead, .alreadyComplete, .notModified:
             break
         }
         return task.eventLoop.makeSucceededVoidFuture()
@@ -173,7 +205,21 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         case .challenge(let response, let body):
             return .challenge(response, body: body)
         case .toObserver(let response):
+            if let body = self.cacheBody {
+                let candidate = StoredResponse(
+                    url: response.url,
+                    statusCode: response.statusCode,
+                    headers: response.headers,
+                    body: Data(body.readableBytesView),
+                    requestTime: self.requestTime,
+                    responseTime: self.responseTime,
+                    varyingRequestHeaders: HTTPCacheRules.varyingRequestHeaders(request: self.request.headers, response: response.headers)
+                )
+                self.run.state.withLock { $0.cacheCandidate = candidate }
+            }
             return .completed(response, total: 0)
+        case .notModified(let response):
+            return .notModified(response)
         case .alreadyComplete(let response, let total):
             return .completed(response, total: total)
         case .toFile(let response, _):

@@ -18,12 +18,21 @@ package struct TransferRequest: Sendable, Hashable {
     package var method: String
     package var headers: HTTPHeaderFields
     package var body: Body
+    /// How the session's response cache may answer (data transfers only).
+    package var cachePolicy: CachePolicy
 
-    package init(url: URL, method: String = "GET", headers: HTTPHeaderFields = HTTPHeaderFields(), body: Body = .none) {
+    package init(
+        url: URL,
+        method: String = "GET",
+        headers: HTTPHeaderFields = HTTPHeaderFields(),
+        body: Body = .none,
+        cachePolicy: CachePolicy = .useProtocolCachePolicy
+    ) {
         self.url = url
         self.method = method.uppercased()
         self.headers = headers
         self.body = body
+        self.cachePolicy = cachePolicy
     }
 }
 

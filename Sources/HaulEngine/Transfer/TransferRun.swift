@@ -43,6 +43,12 @@ package final class TransferRun: Sendable {
         var writeOffset: Int64 = 0
         /// The loader answering an intercepted request, stopped with the run.
         var interceptedLoader: (any TransferLoader)?
+        /// The cache entry this run's conditional request revalidates.
+        var revalidating: StoredResponse?
+        /// The response collected for the cache, stored once the observer agrees.
+        var cacheCandidate: StoredResponse?
+        /// The final response came from the cache (no network).
+        var answeredFromCache = false
     }
 
     let engine: TransferEngine
@@ -123,6 +129,7 @@ package final class TransferRun: Sendable {
         if let scheme = request.url.scheme?.lowercased(), scheme == "file" || scheme == "data" {
             return self.loadLocally(request.url)
         }
+        if let answered = self.consultCache(&request) { return answered }
         while true {
             if let stopped = self.stoppedOutcome() { return stopped }
             let host = Self.hostKey(request.url)
@@ -131,12 +138,16 @@ package final class TransferRun: Sendable {
             } catch {
                 return self.stoppedOutcome() ?? self.failure(URLError(.cancelled))
             }
+            let requestTime = Date()
             let result = await self.exchange(request)
             self.engine.limiter.release(host: host)
 
             switch result {
             case .completed(let response, let total):
+                await self.finishCaching(request: request, response: response)
                 return .completed(response: response, bytesOnDisk: total)
+            case .notModified(let response):
+                return self.completeRevalidation(response, requestTime: requestTime)
             case .requestAgainWithoutRange:
                 continue
             case .challenge(let response, let body):
@@ -176,6 +187,7 @@ package final class TransferRun: Sendable {
                 proposed.method = next.method
                 if next.dropsBody { proposed.body = .none }
                 for name in next.headersToRemove { proposed.headers.remove(name: name) }
+                self.abandonRevalidation(&proposed)
                 guard let accepted = await self.observer.transferRun(self, willRedirect: response, to: proposed) else {
                     return self.completeWithRefusedRedirect(response, body: body)
                 }
@@ -229,6 +241,8 @@ package final class TransferRun: Sendable {
 
     enum ExchangeResult: Sendable {
         case completed(ResponseInfo, total: Int64)
+        /// A 304 to the run's own revalidation of a cache entry.
+        case notModified(ResponseInfo)
         case redirect(ResponseInfo, body: ByteBuffer)
         /// A 401 with `WWW-Authenticate`, its body held back for the observer's decision.
         case challenge(ResponseInfo, body: ByteBuffer)
@@ -267,7 +281,7 @@ package final class TransferRun: Sendable {
         } catch {
             return .failed(Self.urlError(for: error, url: request.url))
         }
-        let delegate = ExchangeDelegate(run: self, url: request.url)
+        let delegate = ExchangeDelegate(run: self, request: request)
         // `.indifferent`: the client's group is the engine's single loop, so delegate and
         // channel share it anyway, and the pool never opens "overflow" connections beyond the
         // per-host limit as it does for requests that require a particular loop.

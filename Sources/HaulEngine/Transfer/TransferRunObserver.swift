@@ -42,6 +42,11 @@ package protocol TransferRunObserver: AnyObject, Sendable {
     /// a body is sent again (after a redirect that keeps it).
     func transferRun(_ run: TransferRun, didSendBodyBytes byteCount: Int64, totalSent: Int64, expectedToSend: Int64)
 
+    /// A data transfer's response is about to be stored in the session's cache. Return the
+    /// entry to store (possibly changed) or `nil` to store nothing. Called once per storable
+    /// response, after its last body bytes and before the run completes; the run waits.
+    func transferRun(_ run: TransferRun, willStore response: StoredResponse) async -> StoredResponse?
+
     /// Whether 401 answers with `WWW-Authenticate` go to the challenge method below.
     var handlesAuthentication: Bool { get }
 
@@ -67,6 +72,8 @@ package enum AuthenticationAnswer: Sendable {
 }
 
 extension TransferRunObserver {
+    package func transferRun(_ run: TransferRun, willStore response: StoredResponse) async -> StoredResponse? { response }
+
     package func transferRun(_ run: TransferRun, didSendBodyBytes byteCount: Int64, totalSent: Int64, expectedToSend: Int64) {}
 
     /// Whether 401 answers are brought to ``transferRun(_:authenticationChallenge:for:previousFailureCount:)``

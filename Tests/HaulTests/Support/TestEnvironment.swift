@@ -17,6 +17,9 @@ struct TestEnvironment {
         let delegate = RecordingDelegate(keepDirectory: directory)
         let configuration = TransferSessionConfiguration.default
         configuration.temporaryDirectory = directory.appendingPathComponent("tmp")
+        // No HTTP cache unless a test asks for one: tests count the requests servers receive
+        // (and `.shared` would write under the user's ~/.cache).
+        configuration.urlCache = nil
         configure(configuration)
         let session = TransferSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
         return TestEnvironment(server: server, directory: directory, delegate: delegate, session: session)
