@@ -29,9 +29,11 @@ package final class TransferEngine: Sendable {
     }
 
     let client: HTTPClient
+    /// When the default client's connections were opened (for metrics).
+    let connectionLog: ConnectionEventLog
     /// The other clients, created on first use: one per proxy, and ones that decode gzip and
     /// deflate bodies for data transfers (downloads keep the representation as sent).
-    private let otherClients: Mutex<[ClientKey: HTTPClient]> = Mutex([:])
+    private let otherClients: Mutex<[ClientKey: (HTTPClient, ConnectionEventLog)]> = Mutex([:])
 
     private struct ClientKey: Hashable {
         var proxy: ProxySettings.Server?
@@ -91,7 +93,13 @@ package final class TransferEngine: Sendable {
         // Sessions spread over the loops of the shared group.
         let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         self.eventLoop = eventLoop
-        self.client = HTTPClient(eventLoopGroup: self.eventLoop, configuration: clientConfiguration)
+        let connectionLog = ConnectionEventLog()
+        self.connectionLog = connectionLog
+        self.client = HTTPClient(
+            eventLoopGroup: self.eventLoop,
+            configuration: clientConfiguration,
+            backgroundActivityLogger: connectionLog.logger
+        )
         self.clientConfiguration = clientConfiguration
         self.limiter = HostConnectionLimiter(limit: configuration.maximumConnectionsPerHost)
         self.redirectPolicy = RedirectPolicy(maximumRedirects: configuration.maximumRedirects)
@@ -107,24 +115,26 @@ package final class TransferEngine: Sendable {
 
     /// The client for a request to `url`: through the configured proxy, if any applies, and
     /// decoding `Content-Encoding` (gzip, deflate) when `decodes`.
-    func client(for url: URL, decodes: Bool) -> HTTPClient {
+    func client(for url: URL, decodes: Bool) -> (HTTPClient, ConnectionEventLog, isProxied: Bool) {
         let key = ClientKey(proxy: self.configuration.proxies.proxy(for: url), decodes: decodes)
-        if key.proxy == nil, !key.decodes { return self.client }
-        return self.otherClients.withLock { clients in
-            if let client = clients[key] { return client }
+        if key.proxy == nil, !key.decodes { return (self.client, self.connectionLog, false) }
+        let (client, log) = self.otherClients.withLock { clients in
+            if let existing = clients[key] { return existing }
             var configuration = self.clientConfiguration
             if key.decodes { configuration.decompression = .enabled(limit: .none) }
             if let proxy = key.proxy { configuration.proxy = .server(host: proxy.host, port: proxy.port) }
-            let client = HTTPClient(eventLoopGroup: self.eventLoop, configuration: configuration)
-            clients[key] = client
-            return client
+            let log = ConnectionEventLog()
+            let client = HTTPClient(eventLoopGroup: self.eventLoop, configuration: configuration, backgroundActivityLogger: log.logger)
+            clients[key] = (client, log)
+            return (client, log)
         }
+        return (client, log, key.proxy != nil)
     }
 
     /// Closes the connection pools. In-flight requests fail.
     package func shutdown() async {
         try? await self.client.shutdown()
-        for client in self.otherClients.withLock({ Array($0.values) }) { try? await client.shutdown() }
+        for (client, _) in self.otherClients.withLock({ Array($0.values) }) { try? await client.shutdown() }
     }
 
     private static func nanoseconds(_ duration: Duration) -> Int64 {

@@ -66,6 +66,10 @@ public protocol TransferSessionTaskDelegate: TransferSessionDelegate {
         completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
     )
 
+    /// The task's metrics are complete. Called once per in-process task, right before
+    /// `didCompleteWithError` (also for tasks with a completion handler).
+    func urlSession(_ session: TransferSession, task: TransferSessionTask, didFinishCollecting metrics: TransferSessionTaskMetrics)
+
     /// Request body bytes were sent (uploads, and data tasks with a body): once per chunk of at
     /// most 256 KiB, in order, before the response's callbacks. `totalBytesSent` starts over
     /// when the body is sent again (a 307/308 redirect).
@@ -187,6 +191,8 @@ extension TransferSessionTaskDelegate {
     ) {}
 
     public func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {}
+
+    public func urlSession(_ session: TransferSession, task: TransferSessionTask, didFinishCollecting metrics: TransferSessionTaskMetrics) {}
 }
 
 extension TransferSessionDataDelegate {

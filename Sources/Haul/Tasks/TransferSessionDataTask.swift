@@ -133,16 +133,22 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
 
     override func deliverCompletion(error: (any Error)?) {
         let session = self.session
+        let metrics = self.finalMetrics()
         if let sink = self.sink {
+            session.enqueueDelegateCall { self.report(metrics, to: $0) }
             sink.completion(error)
             return
         }
         if let handler = self.completionHandler {
             let (data, response) = self.inner.withLock { ($0.receivedData, UncheckedSendable($0.response)) }
-            session.enqueueDelegateCall { _ in handler(error == nil ? data : nil, response.value, error) }
+            session.enqueueDelegateCall { delegate in
+                self.report(metrics, to: delegate)
+                handler(error == nil ? data : nil, response.value, error)
+            }
             return
         }
         let deliver: @Sendable () -> Void = {
+            self.report(metrics, to: session.delegateBox.value)
             (session.delegateBox.value as? any TransferSessionTaskDelegate)?.urlSession(
                 session,
                 task: self,

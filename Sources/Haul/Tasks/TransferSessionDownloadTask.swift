@@ -132,8 +132,10 @@ public final class TransferSessionDownloadTask: TransferSessionTask, @unchecked 
         let handsOver = self.handsOverFile
         let urlResponse = UncheckedSendable(self.response ?? response.urlResponse)
         self.inner.withLock { $0.error = nil }
+        let metrics = self.finalMetrics()
         if let handler = self.completionHandler {
-            session.enqueueDelegateCall { _ in
+            session.enqueueDelegateCall { delegate in
+                self.report(metrics, to: delegate)
                 handler(location, urlResponse.value, nil)
                 if !handsOver { unlink(path) }
             }
@@ -145,6 +147,7 @@ public final class TransferSessionDownloadTask: TransferSessionTask, @unchecked 
                     didFinishDownloadingTo: location
                 )
                 if !handsOver { unlink(path) }
+                self.report(metrics, to: delegate)
                 (delegate as? any TransferSessionTaskDelegate)?.urlSession(session, task: self, didCompleteWithError: nil)
             }
         }
@@ -154,7 +157,11 @@ public final class TransferSessionDownloadTask: TransferSessionTask, @unchecked 
     override func deliverCompletion(error: (any Error)?) {
         if let handler = self.completionHandler {
             let response = UncheckedSendable(self.response)
-            self.session.enqueueDelegateCall { _ in handler(nil, response.value, error) }
+            let metrics = self.finalMetrics()
+            self.session.enqueueDelegateCall { delegate in
+                self.report(metrics, to: delegate)
+                handler(nil, response.value, error)
+            }
         } else {
             super.deliverCompletion(error: error)
         }

@@ -68,6 +68,9 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
         var pendingCompletion: (@Sendable () -> Void)?
         /// Set for the tasks of a background session: the task's identifier in `hauld`.
         var remoteTaskID: Int64?
+        /// When the task first started, and what its runs measured (for metrics).
+        var taskStart: Date?
+        var transactions: [TransactionRecord] = []
     }
 
     enum DataGate {
@@ -199,6 +202,7 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
         self.inner.withLock { inner in
             inner.run = run
             inner.lastProgressDelivery = ContinuousClock.now
+            if inner.taskStart == nil { inner.taskStart = Date() }
         }
         run.start { [self] outcome in
             self.handle(outcome)
@@ -234,6 +238,10 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
     // MARK: - Outcomes
 
     private func handle(_ outcome: TransferOutcome) {
+        if let run = self.inner.withLock({ $0.run }) {
+            let records = run.transactions
+            self.inner.withLock { $0.transactions += records }
+        }
         switch outcome {
         case .stopped(_, _, let point):
             let action = self.inner.withLock { inner in
@@ -321,9 +329,24 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
     /// Delivers the completion callback(s) for `error`. Overridden per kind.
     func deliverCompletion(error: (any Error)?) {
         let session = self.session
+        let metrics = self.finalMetrics()
         session.enqueueDelegateCall { delegate in
+            self.report(metrics, to: delegate)
             (delegate as? any TransferSessionTaskDelegate)?.urlSession(session, task: self, didCompleteWithError: error)
         }
+    }
+
+    /// The task's metrics as it completes now; `nil` for background tasks (measured in hauld).
+    func finalMetrics() -> TransferSessionTaskMetrics? {
+        let (records, start, isRemote) = self.inner.withLock { ($0.transactions, $0.taskStart, $0.remoteTaskID != nil) }
+        guard !isRemote else { return nil }
+        return TransferSessionTaskMetrics(transactions: records, start: start ?? Date(), end: Date())
+    }
+
+    /// Calls `didFinishCollecting` (on the delegate queue, right before the completion).
+    func report(_ metrics: TransferSessionTaskMetrics?, to delegate: (any TransferSessionDelegate)?) {
+        guard let metrics else { return }
+        (delegate as? any TransferSessionTaskDelegate)?.urlSession(self.session, task: self, didFinishCollecting: metrics)
     }
 }
 

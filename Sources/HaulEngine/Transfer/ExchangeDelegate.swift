@@ -45,14 +45,39 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
     private var cacheLimit = 0
     private let requestTime = Date()
     private var responseTime = Date()
+    /// What this exchange measured; read by the run once the exchange has ended.
+    private(set) var record: TransactionRecord
 
     init(run: TransferRun, request: TransferRequest) {
         self.run = run
         self.url = request.url
         self.request = request
+        self.record = TransactionRecord(request: request, fetchStart: self.requestTime)
+    }
+
+    func didSendRequestHead(task: HTTPClient.Task<Response>, _ head: HTTPRequestHead) {
+        self.record.requestStart = self.record.requestStart ?? Date()
+        // "METHOD URI HTTP/1.1\r\n", "Name: value\r\n" per field, "\r\n".
+        var bytes = head.method.rawValue.utf8.count + 1 + head.uri.utf8.count + 11
+        for (name, value) in head.headers { bytes += name.utf8.count + 2 + value.utf8.count + 2 }
+        self.record.requestHeaderBytes = Int64(bytes + 2)
+    }
+
+    func didSendRequestPart(task: HTTPClient.Task<Response>, _ part: IOData) {
+        self.record.requestBodyBytes += Int64(part.readableBytes)
+    }
+
+    func didSendRequest(task: HTTPClient.Task<Response>) {
+        self.record.requestEnd = Date()
     }
 
     func didReceiveHead(task: HTTPClient.Task<Response>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        self.record.responseStart = Date()
+        // "HTTP/1.1 200 OK\r\n", "Name: value\r\n" per field, "\r\n".
+        var headBytes = 9 + 4 + head.status.reasonPhrase.utf8.count + 2
+        for (name, value) in head.headers { headBytes += name.utf8.count + 2 + value.utf8.count + 2 }
+        self.record.responseHeaderBytes = Int64(headBytes + 2)
+        self.record.networkProtocolName = head.version.major == 2 ? "h2" : "http/\(head.version.major).\(head.version.minor)"
         let headers = HTTPHeaderFields(head.headers.map { ($0.name, $0.value) })
         if let jar = self.run.engine.cookieJar {
             let setCookies = head.headers["Set-Cookie"]
@@ -64,6 +89,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
             headers: headers,
             httpVersion: "HTTP/\(head.version.major).\(head.version.minor)"
         )
+        self.record.response = response
         if RedirectPolicy.isRedirect(status: response.statusCode), headers["Location"] != nil {
             self.mode = .redirect(response, ByteBuffer())
             return task.eventLoop.makeSucceededVoidFuture()
@@ -145,6 +171,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
     }
 
     func didReceiveBodyPart(task: HTTPClient.Task<Response>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        self.record.responseBodyBytes += Int64(buffer.readableBytes)
         switch self.mode {
         case .toFile(_, let file):
             do {
@@ -199,6 +226,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
     func didReceiveError(task: HTTPClient.Task<Response>, _ error: any Error) {}
 
     func didFinishRequest(task: HTTPClient.Task<Response>) throws -> Response {
+        self.record.responseEnd = Date()
         switch self.mode {
         case .redirect(let response, let body):
             return .redirect(response, body: body)

@@ -25,7 +25,9 @@ extension TransferRun {
         switch decision {
         case .useStored:
             guard let stored else { return nil }
-            return self.deliverStored(stored)
+            let outcome = self.deliverStored(stored)
+            self.recordLocalTransaction(request, response: self.state.withLock { $0.lastResponse }, bodyBytes: Int64(stored.body.count), fetchType: .localCache, start: Date())
+            return outcome
         case .unavailable:
             return self.failure(
                 URLError(

@@ -49,6 +49,8 @@ package final class TransferRun: Sendable {
         var cacheCandidate: StoredResponse?
         /// The final response came from the cache (no network).
         var answeredFromCache = false
+        /// One record per exchange so far (and per answer from the cache).
+        var transactions: [TransactionRecord] = []
     }
 
     let engine: TransferEngine
@@ -113,6 +115,9 @@ package final class TransferRun: Sendable {
         loader?.stop()
     }
 
+    /// What each exchange of the run measured, in order. Complete once the run has ended.
+    package var transactions: [TransactionRecord] { self.state.withLock { $0.transactions } }
+
     /// Bytes of the entity on disk right now.
     package var bytesOnDisk: Int64 { self.state.withLock { $0.machine.bytesOnDisk } }
 
@@ -124,10 +129,18 @@ package final class TransferRun: Sendable {
         var challenges = 0
         defer { self.state.withLock { $0.file?.close(); $0.file = nil } }
         for interceptor in self.engine.interceptors {
-            if let loader = interceptor.loader(for: request) { return await self.runIntercepted(loader, request: request) }
+            if let loader = interceptor.loader(for: request) {
+                let start = Date()
+                let outcome = await self.runIntercepted(loader, request: request)
+                self.recordLocalOutcome(outcome, request: request, start: start)
+                return outcome
+            }
         }
         if let scheme = request.url.scheme?.lowercased(), scheme == "file" || scheme == "data" {
-            return self.loadLocally(request.url)
+            let start = Date()
+            let outcome = self.loadLocally(request.url)
+            self.recordLocalOutcome(outcome, request: request, start: start)
+            return outcome
         }
         if let answered = self.consultCache(&request) { return answered }
         while true {
@@ -281,13 +294,17 @@ package final class TransferRun: Sendable {
         } catch {
             return .failed(Self.urlError(for: error, url: request.url))
         }
-        let delegate = ExchangeDelegate(run: self, request: request)
+        var sentRequest = request
+        sentRequest.headers = headers
+        let delegate = ExchangeDelegate(run: self, request: sentRequest)
         // `.indifferent`: the client's group is the engine's single loop, so delegate and
         // channel share it anyway, and the pool never opens "overflow" connections beyond the
         // per-host limit as it does for requests that require a particular loop.
         let decodes: Bool = if case .observer = self.destination { true } else { false }
-        let client = self.engine.client(for: request.url, decodes: decodes)
-        let task = client.execute(request: clientRequest, delegate: delegate, eventLoop: .indifferent)
+        let (client, connectionLog, isProxied) = self.engine.client(for: request.url, decodes: decodes)
+        let probe = ExchangeLogProbe()
+        let task = client.execute(request: clientRequest, delegate: delegate, eventLoop: .indifferent, logger: probe.logger)
+        defer { self.recordTransaction(delegate.record, probe: probe, connectionLog: connectionLog, isProxied: isProxied) }
         let alreadyStopped = self.state.withLock { state -> Bool in
             state.currentTask = task
             return state.stopReason != nil
