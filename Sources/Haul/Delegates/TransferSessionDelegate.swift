@@ -66,6 +66,17 @@ public protocol TransferSessionTaskDelegate: TransferSessionDelegate {
         completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
     )
 
+    /// A streamed upload (``TransferSession/uploadTask(withStreamedRequest:)``) needs a new
+    /// stream with the whole body: for its first sending when the request has no
+    /// `httpBodyStream`, and each time the body must be sent again (a 307/308 redirect, an
+    /// authentication retry). Call `completionHandler` once; `nil` fails the task with
+    /// `URLError(.requestBodyStreamExhausted)`. The default implementation gives `nil`.
+    func urlSession(
+        _ session: TransferSession,
+        task: TransferSessionTask,
+        needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void
+    )
+
     /// The task's metrics are complete. Called once per in-process task, right before
     /// `didCompleteWithError` (also for tasks with a completion handler).
     func urlSession(_ session: TransferSession, task: TransferSessionTask, didFinishCollecting metrics: TransferSessionTaskMetrics)
@@ -193,6 +204,14 @@ extension TransferSessionTaskDelegate {
     public func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {}
 
     public func urlSession(_ session: TransferSession, task: TransferSessionTask, didFinishCollecting metrics: TransferSessionTaskMetrics) {}
+
+    public func urlSession(
+        _ session: TransferSession,
+        task: TransferSessionTask,
+        needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void
+    ) {
+        completionHandler(nil)
+    }
 }
 
 extension TransferSessionDataDelegate {

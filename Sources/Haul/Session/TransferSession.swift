@@ -446,6 +446,35 @@ public final class TransferSession: Sendable {
         self.makeUploadTask(request: request, fileURL: fileURL, completionHandler: completionHandler)
     }
 
+    /// An upload whose body is read from a stream: `request.httpBodyStream` for the first
+    /// sending when set, else (and for every later sending — a 307/308 redirect, an
+    /// authentication retry) the delegate's `urlSession(_:task:needNewBodyStream:)`. The body
+    /// is sent with the request's `Content-Length` when it has one, else chunked. Streams are
+    /// read on a thread pool, so a blocking stream (a pipe) stalls nothing else. Not available
+    /// in background sessions, as on Apple's platforms.
+    public func uploadTask(withStreamedRequest request: URLRequest) -> TransferSessionUploadTask {
+        var request = request
+        if request.httpMethod == nil || request.httpMethod == "GET" { request.httpMethod = "POST" }
+        let initialStream = request.httpBodyStream.map { UncheckedSendable($0) }
+        request.httpBodyStream = nil
+        request.httpBody = nil
+        let task = self.register { identifier in
+            TransferSessionUploadTask(session: self, identifier: identifier, request: request, completionHandler: nil)
+        }
+        self.prepare(task, request: request, isDownload: false)
+        let length = request.value(forHTTPHeaderField: "Content-Length").flatMap { Int64($0) }
+        let source = BodyStreamSource(contentLength: length) { [weak task] attempt in
+            if attempt == 0, let initialStream { return BodyStreamSource.Stream(initialStream.value) }
+            return await task?.askForNewBodyStream()
+        }
+        task.inner.withLock { inner in
+            inner.engineRequest?.body = .stream(source)
+            inner.countOfBytesExpectedToSend = length ?? TransferSessionTransferSizeUnknown
+        }
+        if self.isBackground { task.inner.withLock { $0.creationError = self.unsupportedInBackground("streamed uploads") } }
+        return task
+    }
+
     func makeUploadTask(
         request: URLRequest,
         fileURL: URL,

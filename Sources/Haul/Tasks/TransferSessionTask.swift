@@ -336,6 +336,24 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
         }
     }
 
+    /// Asks the delegate for a new body stream (streamed uploads); waits for its answer.
+    func askForNewBodyStream() async -> BodyStreamSource.Stream? {
+        let session = self.session
+        let answer: UncheckedSendable<InputStream?> = await withCheckedContinuation { continuation in
+            session.enqueueDelegateCall { delegate in
+                guard let taskDelegate = delegate as? any TransferSessionTaskDelegate else {
+                    continuation.resume(returning: UncheckedSendable(nil))
+                    return
+                }
+                let once = OnceFlag()
+                taskDelegate.urlSession(session, task: self, needNewBodyStream: { stream in
+                    if once.claim() { continuation.resume(returning: UncheckedSendable(stream)) }
+                })
+            }
+        }
+        return answer.value.map { BodyStreamSource.Stream($0) }
+    }
+
     /// The task's metrics as it completes now; `nil` for background tasks (measured in hauld).
     func finalMetrics() -> TransferSessionTaskMetrics? {
         let (records, start, isRemote) = self.inner.withLock { ($0.transactions, $0.taskStart, $0.remoteTaskID != nil) }

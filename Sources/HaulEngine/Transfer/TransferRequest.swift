@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import HaulCore
+import Synchronization
 
 /// A request as the engine sends it: Foundation-free of `URLRequest`'s quirks, `Sendable`.
 package struct TransferRequest: Sendable, Hashable {
@@ -12,6 +13,9 @@ package struct TransferRequest: Sendable, Hashable {
         case data(Data)
         /// The contents of the file at the path, streamed (uploads from files).
         case file(String)
+        /// A stream asked for each time the body is sent (a streamed upload: again after a
+        /// 307/308 redirect or an authentication challenge).
+        case stream(BodyStreamSource)
     }
 
     package var url: URL
@@ -67,4 +71,39 @@ package enum TransferOutcome: Sendable {
     case failed(URLError, response: ResponseInfo?, resumePoint: ResumePoint?)
     /// The transfer stopped because ``TransferRun/stop(_:)`` asked it to.
     case stopped(TransferRun.StopReason, response: ResponseInfo?, resumePoint: ResumePoint?)
+}
+
+/// Where a streamed upload's body comes from: asked once per sending of the request.
+package final class BodyStreamSource: Sendable, Hashable {
+    /// An input stream handed across threads once, then read by one body writer only.
+    package struct Stream: @unchecked Sendable {
+        package let inputStream: InputStream
+        package init(_ inputStream: InputStream) { self.inputStream = inputStream }
+    }
+
+    /// `attempt` counts from 0 (the first sending). `nil`: no body to send (the request fails
+    /// with `requestBodyStreamExhausted`).
+    package typealias Provider = @Sendable (_ attempt: Int) async -> Stream?
+
+    /// The body length when the request declares one (`Content-Length`), else chunked.
+    package let contentLength: Int64?
+    private let provider: Provider
+    private let attempts = Mutex(0)
+
+    package init(contentLength: Int64?, provider: @escaping Provider) {
+        self.contentLength = contentLength
+        self.provider = provider
+    }
+
+    /// The stream for the next sending.
+    package func nextStream() async -> Stream? {
+        let attempt = self.attempts.withLock { attempts in
+            defer { attempts += 1 }
+            return attempts
+        }
+        return await self.provider(attempt)
+    }
+
+    package static func == (lhs: BodyStreamSource, rhs: BodyStreamSource) -> Bool { lhs === rhs }
+    package func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }

@@ -5,6 +5,7 @@ import FoundationNetworking
 #endif
 import HaulCore
 import NIOCore
+import NIOPosix
 import NIOHTTP1
 import NIOSSL
 import Synchronization
@@ -282,13 +283,28 @@ package final class TransferRun: Sendable {
             case .refused(let error): return .failed(error)
             }
         }
+        var streamed: BodyStreamSource.Stream?
+        if case .stream(let source) = request.body {
+            streamed = await source.nextStream()
+            guard streamed != nil else {
+                return .failed(
+                    URLError(
+                        .requestBodyStreamExhausted,
+                        userInfo: [
+                            NSLocalizedDescriptionKey: "no body stream to send (the delegate gave none from needNewBodyStream)",
+                            NSURLErrorFailingURLErrorKey: request.url,
+                        ]
+                    )
+                )
+            }
+        }
         let clientRequest: HTTPClient.Request
         do {
             clientRequest = try HTTPClient.Request(
                 url: request.url,
                 method: HTTPMethod(rawValue: request.method),
                 headers: HTTPHeaders(headers.fields.map { ($0.name, $0.value) }),
-                body: try self.body(of: request),
+                body: try self.body(of: request, stream: streamed),
                 tlsConfiguration: tlsConfiguration
             )
         } catch {
@@ -325,10 +341,14 @@ package final class TransferRun: Sendable {
         return result
     }
 
-    private func body(of request: TransferRequest) throws(URLError) -> HTTPClient.Body? {
+    private func body(of request: TransferRequest, stream: BodyStreamSource.Stream?) throws(URLError) -> HTTPClient.Body? {
         let reader: any UploadBodyReader
-        let size: Int64
+        let size: Int64?
         switch request.body {
+        case .stream(let source):
+            guard let stream else { return nil }
+            reader = UploadStreamReader(stream: stream.inputStream)
+            size = source.contentLength
         case .none:
             return nil
         case .data(let data):
@@ -346,12 +366,22 @@ package final class TransferRun: Sendable {
             // Sequential 256 KiB chunks, each written when the previous write completed, each
             // reported to the observer (`didSendBodyData`).
             let sent = SentByteCounter()
+            // A caller's input stream may block (a pipe, a socket): it is read on NIO's thread
+            // pool, never on the session's event loop.
+            let blocks = reader is UploadStreamReader
+            @Sendable func nextChunk() -> EventLoopFuture<Data?> {
+                blocks
+                    ? NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) { reader.next() }
+                    : eventLoop.makeSucceededFuture(reader.next())
+            }
             @Sendable func writeNext() -> EventLoopFuture<Void> {
-                guard let chunk = reader.next() else { return eventLoop.makeSucceededVoidFuture() }
-                return writer.write(.byteBuffer(ByteBuffer(bytes: chunk))).flatMap {
-                    let total = sent.add(Int64(chunk.count))
-                    self.observer.transferRun(self, didSendBodyBytes: Int64(chunk.count), totalSent: total, expectedToSend: size)
-                    return writeNext()
+                nextChunk().flatMap { chunk in
+                    guard let chunk else { return eventLoop.makeSucceededVoidFuture() }
+                    return writer.write(.byteBuffer(ByteBuffer(bytes: chunk))).flatMap {
+                        let total = sent.add(Int64(chunk.count))
+                        self.observer.transferRun(self, didSendBodyBytes: Int64(chunk.count), totalSent: total, expectedToSend: size ?? -1)
+                        return writeNext()
+                    }
                 }
             }
             return writeNext().always { _ in reader.close() }
@@ -399,6 +429,33 @@ final class UploadDataReader: UploadBodyReader, @unchecked Sendable {
     }
 
     func close() {}
+}
+
+/// Reads a streamed upload's `InputStream` in order, one chunk of at most 256 KiB per call;
+/// opens it on the first call and closes it at the end.
+final class UploadStreamReader: UploadBodyReader, @unchecked Sendable {
+    // @unchecked: `next()` calls are strictly sequential (each after the previous write completed).
+    private let stream: InputStream
+    private var opened = false
+
+    init(stream: InputStream) {
+        self.stream = stream
+    }
+
+    func next() -> Data? {
+        if !self.opened {
+            self.opened = true
+            self.stream.open()
+        }
+        var buffer = [UInt8](repeating: 0, count: 256 * 1024)
+        let count = self.stream.read(&buffer, maxLength: buffer.count)
+        guard count > 0 else { return nil }
+        return Data(buffer[0..<count])
+    }
+
+    func close() {
+        self.stream.close()
+    }
 }
 
 /// Reads an upload's file in order, one chunk per call. Used by one request body at a time,
