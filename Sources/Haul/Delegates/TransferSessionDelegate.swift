@@ -115,6 +115,12 @@ public protocol TransferSessionDataDelegate: TransferSessionTaskDelegate {
     /// the body.
     func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didReceive data: Data)
 
+    /// The data task became a download (`didReceive response` answered `.becomeDownload`).
+    /// Called once, before any call for `downloadTask`; the data task gets no further calls,
+    /// and the download continues with `didWriteData`, `didFinishDownloadingTo` and
+    /// `didCompleteWithError`.
+    func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didBecome downloadTask: TransferSessionDownloadTask)
+
     /// The response is about to be stored in the session's ``TransferURLCache``. Call
     /// `completionHandler` once with the response to store (possibly another one, or with
     /// another `storagePolicy`) or `nil` to store nothing. Called at most once per task, after
@@ -225,6 +231,8 @@ extension TransferSessionDataDelegate {
     }
 
     public func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didReceive data: Data) {}
+
+    public func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didBecome downloadTask: TransferSessionDownloadTask) {}
 
     public func urlSession(
         _ session: TransferSession,

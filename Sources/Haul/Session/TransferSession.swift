@@ -641,6 +641,34 @@ public final class TransferSession: Sendable {
         return self.downloadDirectory.appendingPathComponent("haul-\(UUID().uuidString).download").path
     }
 
+    /// The download task a data task turns into (`.becomeDownload`): running already, same
+    /// request and response, its own file.
+    func makeConvertedDownloadTask(from dataTask: TransferSessionDataTask) -> TransferSessionDownloadTask {
+        let path = self.newPartialFilePath()
+        let download = self.register { identifier in
+            TransferSessionDownloadTask(
+                session: self,
+                identifier: identifier,
+                request: dataTask.originalRequest,
+                partialFilePath: path,
+                handsOverFile: false,
+                completionHandler: nil
+            )
+        }
+        let (current, engineRequest, response, expected, start) = dataTask.inner.withLock {
+            ($0.currentRequest, $0.engineRequest, $0.response, $0.countOfBytesExpectedToReceive, $0.taskStart)
+        }
+        download.inner.withLock { inner in
+            _ = inner.lifecycle.resumeCalled()
+            inner.currentRequest = current
+            inner.engineRequest = engineRequest
+            inner.response = response
+            inner.countOfBytesExpectedToReceive = expected
+            inner.taskStart = start
+        }
+        return download
+    }
+
     func makeDownloadTask(
         request: URLRequest,
         handsOverFile: Bool,

@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import HaulCore
 import HaulEngine
+import NIOCore
 
 /// A task that delivers a response body in memory, as `URLSessionDataTask`.
 ///
@@ -49,6 +50,10 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
 
     private func dispositionDecided(_ disposition: URLSession.ResponseDisposition) {
         let session = self.session
+        if disposition == .becomeDownload {
+            self.becomeDownload()
+            return
+        }
         guard disposition == .allow else {
             let completion = self.inner.withLock { inner in
                 inner.dataGate = .refused
@@ -110,6 +115,7 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
             return
         }
         let session = self.session
+        var failed = false
         self.inner.withLock { inner in
             inner.countOfBytesReceived += Int64(data.count)
             if self.completionHandler != nil {
@@ -127,8 +133,83 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
                 inner.dataGate = .awaitingDisposition(buffered: buffered)
             case .refused:
                 break
+            case .becameDownload(let download, let file, let written):
+                if self.write(data, to: file, at: written, for: download) {
+                    inner.dataGate = .becameDownload(download, file, written: written + Int64(data.count))
+                } else {
+                    failed = true
+                }
             }
         }
+        if failed { self.cancel() }
+    }
+
+    // MARK: - .becomeDownload
+
+    /// Turns this task into a download task: the delegate gets `didBecome downloadTask`, the
+    /// body so far and the rest go to the download's file, and the download then completes
+    /// like any other (`didFinishDownloadingTo`, `didCompleteWithError`); this data task gets
+    /// no further calls. Cancelling the download task stops the transfer.
+    private func becomeDownload() {
+        let session = self.session
+        let download = session.makeConvertedDownloadTask(from: self)
+        let file: PartialFile
+        do {
+            file = try PartialFile.open(path: download.partialFilePath)
+            try file.truncate(to: 0)
+        } catch {
+            self.inner.withLock { $0.dataGate = .refused }
+            self.cancel()
+            return
+        }
+        download.inner.withLock { $0.convertedFrom = self }
+        // The delegate hears of the download before any of its progress.
+        session.enqueueDelegateCall { delegate in
+            (delegate as? any TransferSessionDataDelegate)?.urlSession(session, dataTask: self, didBecome: download)
+        }
+        var failed = false
+        let completion = self.inner.withLock { inner -> (@Sendable () -> Void)? in
+            var written: Int64 = 0
+            if case .awaitingDisposition(let buffered) = inner.dataGate {
+                for chunk in buffered where !failed {
+                    failed = !self.write(chunk, to: file, at: written, for: download)
+                    written += Int64(chunk.count)
+                }
+            }
+            inner.dataGate = .becameDownload(download, file, written: written)
+            defer { inner.pendingCompletion = nil }
+            return inner.pendingCompletion
+        }
+        if failed { self.cancel() }
+        completion?()
+    }
+
+    /// Writes a chunk of the converted download and reports it (`didWriteData`).
+    /// Returns `false` when the file could not be written (the error is kept on the download;
+    /// the caller cancels the transfer once it holds no lock).
+    private func write(_ data: Data, to file: PartialFile, at offset: Int64, for download: TransferSessionDownloadTask) -> Bool {
+        do {
+            try file.write(ByteBuffer(bytes: data), at: offset)
+        } catch {
+            download.inner.withLock { $0.creationError = error }
+            return false
+        }
+        let total = offset + Int64(data.count)
+        let expected = download.inner.withLock { inner in
+            inner.countOfBytesReceived = total
+            return inner.countOfBytesExpectedToReceive
+        }
+        let session = self.session
+        session.enqueueDelegateCall { delegate in
+            (delegate as? any TransferSessionDownloadDelegate)?.urlSession(
+                session,
+                downloadTask: download,
+                didWriteData: Int64(data.count),
+                totalBytesWritten: total,
+                totalBytesExpectedToWrite: expected
+            )
+        }
+        return true
     }
 
     override func deliverCompletion(error: (any Error)?) {
@@ -145,6 +226,17 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
                 self.report(metrics, to: delegate)
                 handler(error == nil ? data : nil, response.value, error)
             }
+            return
+        }
+        let converted = self.inner.withLock { inner -> (TransferSessionDownloadTask, PartialFile, [TransactionRecord])? in
+            guard case .becameDownload(let download, let file, _) = inner.dataGate else { return nil }
+            return (download, file, inner.transactions)
+        }
+        if let (download, file, transactions) = converted {
+            file.close()
+            // A write failure recorded on the download is its error.
+            let failure = download.inner.withLock { $0.creationError }
+            download.completeConversion(error: failure ?? error, transactions: transactions)
             return
         }
         let deliver: @Sendable () -> Void = {

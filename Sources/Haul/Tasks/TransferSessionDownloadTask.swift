@@ -35,6 +35,26 @@ public final class TransferSessionDownloadTask: TransferSessionTask, @unchecked 
 
     override var partialFilePath: String { self.filePath }
 
+    /// A download made by `.becomeDownload` runs its data task's transfer: cancelling stops
+    /// that transfer; pausing is not supported (the call is ignored).
+    override func perform(_ action: TaskLifecycleStateMachine.Action) {
+        guard let source = self.inner.withLock({ $0.convertedFrom }) else {
+            super.perform(action)
+            return
+        }
+        switch action {
+        case .cancelTransfer, .completeAsCancelled:
+            source.cancel()
+        default:
+            break
+        }
+    }
+
+    public override func suspend() {
+        if self.inner.withLock({ $0.convertedFrom != nil }) { return }
+        super.suspend()
+    }
+
     override var hasDelegateCallbacks: Bool { self.completionHandler == nil }
 
     /// Cancels the download and hands resume data to `completionHandler` when the download can
@@ -121,6 +141,23 @@ public final class TransferSessionDownloadTask: TransferSessionTask, @unchecked 
                 totalBytesWritten: total,
                 totalBytesExpectedToWrite: expected
             )
+        }
+    }
+
+    /// The data task this download was converted from (`.becomeDownload`) ended.
+    func completeConversion(error: (any Error)?, transactions: [TransactionRecord]) {
+        self.inner.withLock { inner in
+            inner.transactions = transactions
+            inner.convertedFrom = nil
+            _ = inner.lifecycle.transferFinished()
+        }
+        if let error {
+            let code = (error as? URLError)?.code
+            if code != .cancelled { self.discardPartialFile() }
+            self.finish(error: error)
+        } else {
+            let response = ResponseInfo(url: self.currentRequest?.url ?? URL(fileURLWithPath: "/"), statusCode: 200, headers: HTTPHeaderFields(), httpVersion: "HTTP/1.1")
+            self.deliverSuccess(response: response, bytesOnDisk: self.countOfBytesReceived)
         }
     }
 

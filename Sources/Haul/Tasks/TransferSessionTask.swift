@@ -71,12 +71,16 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
         /// When the task first started, and what its runs measured (for metrics).
         var taskStart: Date?
         var transactions: [TransactionRecord] = []
+        /// For a download made by `.becomeDownload`: the data task whose transfer it is.
+        var convertedFrom: TransferSessionDataTask?
     }
 
     enum DataGate {
         case open
         case awaitingDisposition(buffered: [Data])
         case refused
+        /// `.becomeDownload`: the rest of the body goes to this download task's file.
+        case becameDownload(TransferSessionDownloadTask, PartialFile, written: Int64)
     }
 
     let kind: Kind
