@@ -641,6 +641,16 @@ public final class TransferSession: Sendable {
         return self.downloadDirectory.appendingPathComponent("haul-\(UUID().uuidString).download").path
     }
 
+    /// A TCP connection to `hostname`:`port`, read and written in pieces (see
+    /// ``TransferSessionStreamTask``). Starts suspended. Not available in background sessions.
+    public func streamTask(withHostName hostname: String, port: Int) -> TransferSessionStreamTask {
+        let task = self.register { identifier in
+            TransferSessionStreamTask(session: self, identifier: identifier, host: hostname, port: port)
+        }
+        if self.isBackground { task.inner.withLock { $0.creationError = self.unsupportedInBackground("stream tasks") } }
+        return task
+    }
+
     /// The download task a data task turns into (`.becomeDownload`): running already, same
     /// request and response, its own file.
     func makeConvertedDownloadTask(from dataTask: TransferSessionDataTask) -> TransferSessionDownloadTask {

@@ -80,6 +80,36 @@ package final class ServerTrustGate: Sendable {
         return decision
     }
 
+    /// Judges a chain met on a connection the engine owns (a stream task's STARTTLS): asks the
+    /// handler once, with default verification by a probe connection when it defers to it.
+    package func judge(host: String, port: Int, chain: [NIOSSLCertificate]) async -> Bool {
+        let defaultConfiguration = self.options.clientConfiguration()
+        let connectTimeout = self.connectTimeout
+        let eventLoop = self.eventLoop
+        let verdict = DefaultVerdict()
+        let question = ServerTrustQuestion(
+            host: host,
+            port: port,
+            certificates: chain.compactMap { try? $0.toDERBytes() },
+            evaluateByDefault: {
+                await verdict.value {
+                    (try? await TLSHandshakeProbe.passesVerification(
+                        host: host,
+                        port: port,
+                        configuration: defaultConfiguration,
+                        connectTimeout: connectTimeout,
+                        eventLoop: eventLoop
+                    )) ?? false
+                }
+            }
+        )
+        switch await self.handler(question) {
+        case .trustPresentedChain: return true
+        case .refuse: return false
+        case .performDefaultHandling: return await question.evaluateByDefault()
+        }
+    }
+
     private func decide(host: String, port: Int) async -> Decision {
         let defaultConfiguration = self.options.clientConfiguration()
         let chain: [NIOSSLCertificate]
