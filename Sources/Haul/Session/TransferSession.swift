@@ -106,7 +106,7 @@ public final class TransferSession: Sendable {
         let interceptors: [any TransferInterceptor] = copy.protocolClasses.isEmpty ? [] : [ProtocolClassInterceptor(classes: copy.protocolClasses)]
         // Server trust goes to the delegate, which needs a probe handshake per https server:
         // only sessions with a delegate pay for it.
-        let trustAsker = delegate == nil ? nil : ServerTrustAsker()
+        let trustAsker = delegate == nil || !copy.asksDelegateAboutServerTrust ? nil : ServerTrustAsker()
         self.trustAsker = trustAsker
         self.engine = TransferEngine(
             configuration: engineConfiguration,

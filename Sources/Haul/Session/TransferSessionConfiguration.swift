@@ -112,6 +112,10 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     /// The client certificate presented when a server asks for one; `nil` for none.
     public var tlsClientCertificate: TransferClientCertificate?
 
+    /// Whether the delegate is shown each https server's chain (one probe handshake per
+    /// server). Tools whose delegate never judges trust (`haul get`) turn it off.
+    package var asksDelegateAboutServerTrust = true
+
     init(kind: Kind) {
         self.kind = kind
         switch kind {
@@ -156,6 +160,7 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         copy.tlsMaximumSupportedProtocolVersion = self.tlsMaximumSupportedProtocolVersion
         copy.tlsClientCertificate = self.tlsClientCertificate
         copy.urlCache = self.urlCache
+        copy.asksDelegateAboutServerTrust = self.asksDelegateAboutServerTrust
         copy.requestCachePolicy = self.requestCachePolicy
         return copy
     }

@@ -65,6 +65,9 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         // Like curl and wget: http_proxy, https_proxy and no_proxy apply; no cookies are kept.
         configuration.usesEnvironmentProxies = true
         configuration.httpCookieStorage = TransferCookieStorage()
+        // Default certificate verification only: no probe handshake per host, no cache.
+        configuration.asksDelegateAboutServerTrust = false
+        configuration.urlCache = nil
         configuration.timeoutIntervalForRequest = self.options.idleTimeout
         configuration.httpMaximumConnectionsPerHost = max(6, self.options.parallelism)
         self.session = TransferSession(configuration: configuration, delegate: self, delegateQueue: nil)
