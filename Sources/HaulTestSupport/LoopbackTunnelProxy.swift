@@ -93,7 +93,9 @@ private final class ConnectHandler: ChannelInboundHandler, RemovableChannelHandl
                     context.write(handler.wrapOutboundOut(.head(response)), promise: nil)
                     context.writeAndFlush(handler.wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
                 case .success(let origin):
-                    let response = HTTPResponseHead(version: .http1_1, status: .ok, headers: [:])
+                    // No body: without a length the encoder would frame one as chunked, and its
+                    // terminator would land in the tunnel (RFC 9110 §9.3.6: a 2xx has none).
+                    let response = HTTPResponseHead(version: .http1_1, status: .ok, headers: ["Content-Length": "0"])
                     context.write(handler.wrapOutboundOut(.head(response)), promise: nil)
                     context.writeAndFlush(handler.wrapOutboundOut(.end(nil))).whenComplete { _ in
                         handler.glue(context: context, client: client, origin: origin)

@@ -164,6 +164,40 @@ struct TLSTests {
         try await second.shutdown()
     }
 
+    @Test("Through an HTTPS proxy the delegate judges the origin's chain too (the probe tunnels with CONNECT)")
+    func trustThroughProxy() async throws {
+        defer { certificates.remove() }
+        let identity = try certificates.selfSigned(name: "behind-proxy")
+        let origin = try await FaultInjectingHTTPServer.start(tls: try TestCertificates.serverConfiguration(identity))
+        let proxy = try await LoopbackTunnelProxy.start(originPort: origin.port)
+        let url = URL(string: "https://secure.haul.test/file/p?size=40000&seed=4")!  // never resolved: the proxy maps it to loopback
+
+        let delegate = PinningDelegate(pin: try identity.sha256())
+        let session = self.session(delegate) {
+            $0.connectionProxyDictionary = ["HTTPSEnable": true, "HTTPSProxy": "127.0.0.1", "HTTPSPort": proxy.port]
+        }
+        let (data, _) = try await session.data(from: url)
+        #expect(data == Data(TestContent.bytes(0..<40_000, seed: 4)))
+        #expect(delegate.shown.withLock { $0.map(\.host) } == ["secure.haul.test"])
+        #expect(
+            proxy.connectTargets == Array(repeating: "secure.haul.test:443", count: 3),
+            "the probe, the delegate's evaluate() (default verification, also tunnelled) and the request"
+        )
+        #expect(delegate.defaultVerdicts.withLock { $0 } == [false])
+        session.finishTasksAndInvalidate()
+
+        let wrong = PinningDelegate(pin: "00")
+        let refusing = self.session(wrong) {
+            $0.connectionProxyDictionary = ["HTTPSEnable": true, "HTTPSProxy": "127.0.0.1", "HTTPSPort": proxy.port]
+        }
+        let error = await #expect(throws: URLError.self) { _ = try await refusing.data(from: url) }
+        #expect(error?.code == .cancelled)
+        #expect(origin.requests.count == 1, "the refused session sent no request")
+        refusing.finishTasksAndInvalidate()
+        try await proxy.shutdown()
+        try await origin.shutdown()
+    }
+
     @Test("tlsMinimumSupportedProtocolVersion: a TLS 1.2-only server is refused when 1.3 is required")
     func minimumVersion() async throws {
         defer { certificates.remove() }

@@ -2,6 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import HaulCore
 import NIOCore
 import NIOSSL
 import Synchronization
@@ -63,11 +64,11 @@ package final class ServerTrustGate: Sendable {
 
     /// The decision for `host`:`port`, asking the delegate when there is none yet. Concurrent
     /// callers for one server share one probe and one question.
-    package func decision(host: String, port: Int) async -> Decision {
+    package func decision(host: String, port: Int, proxy: ProxySettings.Server? = nil) async -> Decision {
         let key = "\(host.lowercased()):\(port)"
         let task = self.decisions.withLock { decisions -> Task<Decision, Never> in
             if let task = decisions[key] { return task }
-            let task = Task { await self.decide(host: host, port: port) }
+            let task = Task { await self.decide(host: host, port: port, proxy: proxy) }
             decisions[key] = task
             return task
         }
@@ -96,6 +97,7 @@ package final class ServerTrustGate: Sendable {
                     (try? await TLSHandshakeProbe.passesVerification(
                         host: host,
                         port: port,
+                        proxy: nil,
                         configuration: defaultConfiguration,
                         connectTimeout: connectTimeout,
                         eventLoop: eventLoop
@@ -110,7 +112,7 @@ package final class ServerTrustGate: Sendable {
         }
     }
 
-    private func decide(host: String, port: Int) async -> Decision {
+    private func decide(host: String, port: Int, proxy: ProxySettings.Server?) async -> Decision {
         let defaultConfiguration = self.options.clientConfiguration()
         let chain: [NIOSSLCertificate]
         do {
@@ -119,6 +121,7 @@ package final class ServerTrustGate: Sendable {
             chain = try await TLSHandshakeProbe.presentedChain(
                 host: host,
                 port: port,
+                proxy: proxy,
                 configuration: probeConfiguration,
                 connectTimeout: self.connectTimeout,
                 eventLoop: self.eventLoop
@@ -139,6 +142,7 @@ package final class ServerTrustGate: Sendable {
                     (try? await TLSHandshakeProbe.passesVerification(
                         host: host,
                         port: port,
+                        proxy: proxy,
                         configuration: defaultConfiguration,
                         connectTimeout: connectTimeout,
                         eventLoop: eventLoop

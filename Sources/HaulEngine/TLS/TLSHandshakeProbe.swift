@@ -1,3 +1,4 @@
+import HaulCore
 import NIOCore
 import NIOPosix
 import NIOSSL
@@ -12,13 +13,14 @@ enum TLSHandshakeProbe {
     static func presentedChain(
         host: String,
         port: Int,
+        proxy: ProxySettings.Server?,
         configuration: TLSConfiguration,
         connectTimeout: TimeAmount,
         eventLoop: any EventLoop
     ) async throws -> [NIOSSLCertificate] {
         let captured = Mutex<[NIOSSLCertificate]>([])
         do {
-            try await self.handshake(host: host, port: port, configuration: configuration, connectTimeout: connectTimeout, eventLoop: eventLoop) { certificates, promise in
+            try await self.handshake(host: host, port: port, proxy: proxy, configuration: configuration, connectTimeout: connectTimeout, eventLoop: eventLoop) { certificates, promise in
             captured.withLock { $0 = certificates }
             promise.succeed(.certificateVerified)
         }
@@ -33,12 +35,13 @@ enum TLSHandshakeProbe {
     static func passesVerification(
         host: String,
         port: Int,
+        proxy: ProxySettings.Server?,
         configuration: TLSConfiguration,
         connectTimeout: TimeAmount,
         eventLoop: any EventLoop
     ) async throws -> Bool {
         do {
-            try await self.handshake(host: host, port: port, configuration: configuration, connectTimeout: connectTimeout, eventLoop: eventLoop, verify: nil)
+            try await self.handshake(host: host, port: port, proxy: proxy, configuration: configuration, connectTimeout: connectTimeout, eventLoop: eventLoop, verify: nil)
             return true
         } catch let error as ConnectFailure {
             throw error.underlying
@@ -50,6 +53,7 @@ enum TLSHandshakeProbe {
     private static func handshake(
         host: String,
         port: Int,
+        proxy: ProxySettings.Server?,
         configuration: TLSConfiguration,
         connectTimeout: TimeAmount,
         eventLoop: any EventLoop,
@@ -64,17 +68,29 @@ enum TLSHandshakeProbe {
                 .connectTimeout(connectTimeout)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        let handler: NIOSSLClientHandler
-                        if let verify {
-                            handler = try NIOSSLClientHandler(context: context, serverHostname: isAddress ? nil : host, customVerificationCallback: verify)
-                        } else {
-                            handler = try NIOSSLClientHandler(context: context, serverHostname: isAddress ? nil : host)
+                        let makeTLS = {
+                            let handler: NIOSSLClientHandler
+                            if let verify {
+                                handler = try NIOSSLClientHandler(context: context, serverHostname: isAddress ? nil : host, customVerificationCallback: verify)
+                            } else {
+                                handler = try NIOSSLClientHandler(context: context, serverHostname: isAddress ? nil : host)
+                            }
+                            return handler
                         }
-                        try channel.pipeline.syncOperations.addHandler(handler)
+                        if proxy != nil {
+                            // TLS starts once the proxy has opened the tunnel.
+                            try channel.pipeline.syncOperations.addHandler(
+                                ConnectTunnelHandler(target: "\(isAddress && host.contains(":") ? "[\(host)]" : host):\(port)", done: done) { pipeline in
+                                    try pipeline.addHandler(makeTLS(), position: .first)
+                                }
+                            )
+                        } else {
+                            try channel.pipeline.syncOperations.addHandler(makeTLS())
+                        }
                         try channel.pipeline.syncOperations.addHandler(HandshakeWatcher(done: done))
                     }
                 }
-                .connect(host: host, port: port)
+                .connect(host: proxy?.host ?? host, port: proxy?.port ?? port)
                 .get()
         } catch {
             done.fail(error)
@@ -82,6 +98,68 @@ enum TLSHandshakeProbe {
         }
         defer { channel.close(promise: nil) }
         try await done.futureResult.get()
+    }
+}
+
+/// Asks an HTTP proxy for a tunnel (`CONNECT host:port`), then installs TLS in front of
+/// itself and leaves. A refusal fails `done`.
+private final class ConnectTunnelHandler: ChannelDuplexHandler, RemovableChannelHandler, @unchecked Sendable {
+    // @unchecked: used on its channel's event loop only.
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    struct Refused: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    private let target: String
+    private let done: EventLoopPromise<Void>
+    private let installTLS: (ChannelPipeline.SynchronousOperations) throws -> Void
+    private var response = ByteBuffer()
+
+    init(target: String, done: EventLoopPromise<Void>, installTLS: @escaping (ChannelPipeline.SynchronousOperations) throws -> Void) {
+        self.target = target
+        self.done = done
+        self.installTLS = installTLS
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        let request = "CONNECT \(self.target) HTTP/1.1\r\nHost: \(self.target)\r\n\r\n"
+        context.writeAndFlush(self.wrapOutboundOut(ByteBuffer(string: request)), promise: nil)
+        context.fireChannelActive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var bytes = self.unwrapInboundIn(data)
+        self.response.writeBuffer(&bytes)
+        guard let text = self.response.getString(at: self.response.readerIndex, length: self.response.readableBytes),
+            let end = text.range(of: "\r\n\r\n")
+        else {
+            if self.response.readableBytes > 16 * 1024 { self.fail(context, "the proxy's answer is too long") }
+            return
+        }
+        let statusLine = text[..<(text.firstIndex(of: "\r") ?? text.endIndex)]
+        let parts = statusLine.split(separator: " ")
+        guard parts.count >= 2, parts[1] == "200" else {
+            self.fail(context, "the proxy refused the tunnel: \(statusLine)")
+            return
+        }
+        guard text.utf8.count == text[..<end.upperBound].utf8.count else {
+            self.fail(context, "the proxy sent bytes after its answer")
+            return
+        }
+        do {
+            try self.installTLS(context.pipeline.syncOperations)
+            context.pipeline.syncOperations.removeHandler(self, promise: nil)
+        } catch {
+            self.fail(context, "\(error)")
+        }
+    }
+
+    private func fail(_ context: ChannelHandlerContext, _ message: String) {
+        self.done.fail(Refused(description: message))
+        context.close(promise: nil)
     }
 }
 

@@ -274,10 +274,9 @@ package final class TransferRun: Sendable {
             headers.add(name: "Cookie", value: cookies)
         }
         var tlsConfiguration: TLSConfiguration?
-        if request.url.scheme?.lowercased() == "https", let gate = self.engine.trustGate,
-            self.engine.configuration.proxies.proxy(for: request.url) == nil, let host = request.url.host
-        {
-            switch await gate.decision(host: host, port: request.url.port ?? 443) {
+        if request.url.scheme?.lowercased() == "https", let gate = self.engine.trustGate, let host = request.url.host {
+            let proxy = self.engine.configuration.proxies.proxy(for: request.url)
+            switch await gate.decision(host: host, port: request.url.port ?? 443, proxy: proxy) {
             case .useDefault: break
             case .use(let configuration): tlsConfiguration = configuration
             case .refused(let error): return .failed(error)
