@@ -10,8 +10,7 @@ final class ConvertingDelegate: TransferSessionDataDelegate, TransferSessionDown
     private(set) var download: TransferSessionDownloadTask?
     private(set) var digest: String?
     private(set) var written: Int64 = 0
-    private var waiter: CheckedContinuation<(any Error)?, Never>?
-    private var finished: (any Error)??
+    private let latch = CompletionLatch()
     /// Called with the new download task (on the delegate queue).
     var onBecome: (@Sendable (TransferSessionDownloadTask) -> Void)?
 
@@ -44,22 +43,11 @@ final class ConvertingDelegate: TransferSessionDataDelegate, TransferSessionDown
 
     func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {
         self.log("complete \(task.taskIdentifier) \((error as? URLError)?.code.rawValue ?? 0)")
-        let waiter = self.lock.withLock { () -> CheckedContinuation<(any Error)?, Never>? in
-            self.finished = .some(error)
-            return self.waiter
-        }
-        waiter?.resume(returning: error)
+        self.latch.complete(error)
     }
 
     func completion() async -> (any Error)? {
-        await withCheckedContinuation { continuation in
-            let done = self.lock.withLock { () -> (any Error)?? in
-                if let finished = self.finished { return .some(finished) }
-                self.waiter = continuation
-                return nil
-            }
-            if let done { continuation.resume(returning: done) }
-        }
+        await self.latch.wait()
     }
 }
 

@@ -111,6 +111,13 @@ struct CacheTests {
         #expect(first == "fresh version 1\n" && second == first)
         #expect(response.statusCode == 200 && response.value(forHTTPHeaderField: "Cache-Control") == "max-age=60")
         #expect(server.requestCount(forKey: "cache-fresh") == 1)
+        let cache = try #require(session.configuration.urlCache)
+        let task = session.dataTask(with: url)
+        cache.getCachedResponse(for: task) { cached in
+            #expect(cached.map { String(decoding: $0.data, as: UTF8.self) } == "fresh version 1\n")
+            #expect((cached?.response as? HTTPURLResponse)?.statusCode == 200)
+        }
+        task.cancel()
         // Another session sharing the cache object finds the entry too.
         let other = self.session(session.configuration.urlCache)
         #expect(try await self.text(other, url).0 == first)

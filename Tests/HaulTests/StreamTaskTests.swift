@@ -10,7 +10,7 @@ final class StreamEventsDelegate: TransferSessionStreamDelegate, Sendable {
     let pin: String?
     let events = Mutex<[String]>([])
     let trustAsked = Mutex(0)
-    private let waiter = Mutex<(CheckedContinuation<(any Error)?, Never>?, (any Error)??)>((nil, nil))
+    private let latch = CompletionLatch()
 
     init(pin: String? = nil) {
         self.pin = pin
@@ -36,22 +36,11 @@ final class StreamEventsDelegate: TransferSessionStreamDelegate, Sendable {
 
     func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {
         self.events.withLock { $0.append("complete \((error as? URLError)?.code.rawValue ?? 0)") }
-        let continuation = self.waiter.withLock { state -> CheckedContinuation<(any Error)?, Never>? in
-            state.1 = .some(error)
-            return state.0
-        }
-        continuation?.resume(returning: error)
+        self.latch.complete(error)
     }
 
     func completion() async -> (any Error)? {
-        await withCheckedContinuation { continuation in
-            let done = self.waiter.withLock { state -> (any Error)?? in
-                if let result = state.1 { return .some(result) }
-                state.0 = continuation
-                return nil
-            }
-            if let done { continuation.resume(returning: done) }
-        }
+        await self.latch.wait()
     }
 }
 

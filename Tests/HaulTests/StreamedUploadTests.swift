@@ -15,8 +15,7 @@ final class StreamingDelegate: TransferSessionDataDelegate, @unchecked Sendable 
     private(set) var received = Data()
     private(set) var sentTotals: [Int64] = []
     private(set) var expectedToSend: [Int64] = []
-    private var continuation: CheckedContinuation<(any Error)?, Never>?
-    private var result: (any Error)??
+    private let latch = CompletionLatch()
 
     init(body: Data, streamsToGive: Int = .max) {
         self.body = body
@@ -43,22 +42,11 @@ final class StreamingDelegate: TransferSessionDataDelegate, @unchecked Sendable 
     }
 
     func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {
-        let waiter = self.lock.withLock { () -> CheckedContinuation<(any Error)?, Never>? in
-            self.result = .some(error)
-            return self.continuation
-        }
-        waiter?.resume(returning: error)
+        self.latch.complete(error)
     }
 
     func completion() async -> (any Error)? {
-        await withCheckedContinuation { continuation in
-            let done = self.lock.withLock { () -> (any Error)?? in
-                if let result = self.result { return .some(result) }
-                self.continuation = continuation
-                return nil
-            }
-            if let done { continuation.resume(returning: done) }
-        }
+        await self.latch.wait()
     }
 }
 

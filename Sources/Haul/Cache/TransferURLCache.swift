@@ -126,6 +126,22 @@ public final class TransferURLCache: Sendable {
         if let url = request.url { self.removeStoredResponse(for: url) }
     }
 
+    /// The stored response for a data task's request, handed to `completionHandler` (at once,
+    /// on the calling thread).
+    public func getCachedResponse(for dataTask: TransferSessionDataTask, completionHandler: @Sendable (CachedURLResponse?) -> Void) {
+        completionHandler((dataTask.currentRequest ?? dataTask.originalRequest).flatMap { self.cachedResponse(for: $0) })
+    }
+
+    /// Stores `cachedResponse` for a data task's request.
+    public func storeCachedResponse(_ cachedResponse: CachedURLResponse, for dataTask: TransferSessionDataTask) {
+        if let request = dataTask.currentRequest ?? dataTask.originalRequest { self.storeCachedResponse(cachedResponse, for: request) }
+    }
+
+    /// Removes the entry for a data task's request.
+    public func removeCachedResponse(for dataTask: TransferSessionDataTask) {
+        if let request = dataTask.currentRequest ?? dataTask.originalRequest { self.removeCachedResponse(for: request) }
+    }
+
     /// Removes every entry, in memory and on disk.
     public func removeAllCachedResponses() {
         self.state.withLock {

@@ -84,27 +84,7 @@ package final class ServerTrustGate: Sendable {
     /// Judges a chain met on a connection the engine owns (a stream task's STARTTLS): asks the
     /// handler once, with default verification by a probe connection when it defers to it.
     package func judge(host: String, port: Int, chain: [NIOSSLCertificate]) async -> Bool {
-        let defaultConfiguration = self.options.clientConfiguration()
-        let connectTimeout = self.connectTimeout
-        let eventLoop = self.eventLoop
-        let verdict = DefaultVerdict()
-        let question = ServerTrustQuestion(
-            host: host,
-            port: port,
-            certificates: chain.compactMap { try? $0.toDERBytes() },
-            evaluateByDefault: {
-                await verdict.value {
-                    (try? await TLSHandshakeProbe.passesVerification(
-                        host: host,
-                        port: port,
-                        proxy: nil,
-                        configuration: defaultConfiguration,
-                        connectTimeout: connectTimeout,
-                        eventLoop: eventLoop
-                    )) ?? false
-                }
-            }
-        )
+        let question = self.question(host: host, port: port, proxy: nil, chain: chain)
         switch await self.handler(question) {
         case .trustPresentedChain: return true
         case .refuse: return false
@@ -112,28 +92,14 @@ package final class ServerTrustGate: Sendable {
         }
     }
 
-    private func decide(host: String, port: Int, proxy: ProxySettings.Server?) async -> Decision {
+    /// The question about `chain`; its default evaluation probes `host`:`port` (through
+    /// `proxy`) with the default configuration, at most once.
+    private func question(host: String, port: Int, proxy: ProxySettings.Server?, chain: [NIOSSLCertificate]) -> ServerTrustQuestion {
         let defaultConfiguration = self.options.clientConfiguration()
-        let chain: [NIOSSLCertificate]
-        do {
-            var probeConfiguration = defaultConfiguration
-            probeConfiguration.certificateVerification = .none
-            chain = try await TLSHandshakeProbe.presentedChain(
-                host: host,
-                port: port,
-                proxy: proxy,
-                configuration: probeConfiguration,
-                connectTimeout: self.connectTimeout,
-                eventLoop: self.eventLoop
-            )
-        } catch {
-            // No chain to judge (no connection, no TLS): the request itself reports why.
-            return .useDefault
-        }
-        let verdict = DefaultVerdict()
         let connectTimeout = self.connectTimeout
         let eventLoop = self.eventLoop
-        let question = ServerTrustQuestion(
+        let verdict = DefaultVerdict()
+        return ServerTrustQuestion(
             host: host,
             port: port,
             certificates: chain.compactMap { try? $0.toDERBytes() },
@@ -150,6 +116,26 @@ package final class ServerTrustGate: Sendable {
                 }
             }
         )
+    }
+
+    private func decide(host: String, port: Int, proxy: ProxySettings.Server?) async -> Decision {
+        let chain: [NIOSSLCertificate]
+        do {
+            var probeConfiguration = self.options.clientConfiguration()
+            probeConfiguration.certificateVerification = .none
+            chain = try await TLSHandshakeProbe.presentedChain(
+                host: host,
+                port: port,
+                proxy: proxy,
+                configuration: probeConfiguration,
+                connectTimeout: self.connectTimeout,
+                eventLoop: self.eventLoop
+            )
+        } catch {
+            // No chain to judge (no connection, no TLS): the request itself reports why.
+            return .useDefault
+        }
+        let question = self.question(host: host, port: port, proxy: proxy, chain: chain)
         switch await self.handler(question) {
         case .performDefaultHandling:
             return .useDefault
