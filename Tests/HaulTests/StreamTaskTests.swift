@@ -168,6 +168,24 @@ struct StreamTaskTests {
         try await server.shutdown()
     }
 
+    @Test("Cancelling before resume fails the waiting calls with cancelled and completes the task once")
+    func cancelBeforeResume() async throws {
+        let delegate = StreamEventsDelegate()
+        let session = self.session(delegate)
+        defer { session.finishTasksAndInvalidate() }
+        let task = session.streamTask(withHostName: "127.0.0.1", port: 9)
+        let waiting = Task { try await task.readData(ofMinLength: 1, maxLength: 10, timeout: 0) }
+        try await Task.sleep(for: .milliseconds(50))
+        task.cancel()
+        let error = await #expect(throws: URLError.self) { _ = try await waiting.value }
+        #expect(error?.code == .cancelled)
+        #expect((await delegate.completion() as? URLError)?.code == .cancelled)
+        task.resume()  // no effect once completed
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(delegate.events.withLock { $0 } == ["complete \(URLError.Code.cancelled.rawValue)"])
+        #expect(task.state == .completed)
+    }
+
     @Test("A refused connection completes the task with cannotConnectToHost and fails its pending reads")
     func refused() async throws {
         let server = try await LoopbackLineServer.start()

@@ -30,6 +30,8 @@ public final class TransferSessionStreamTask: TransferSessionTask, @unchecked Se
     }
 
     private let stream = Mutex(StreamState())
+    /// Settled once: with the connection, or with the error that ended the task first.
+    private let connectionReady = Settable<StreamConnection>()
 
     init(session: TransferSession, identifier: Int, host: String, port: Int) {
         self.host = host
@@ -186,7 +188,7 @@ public final class TransferSessionStreamTask: TransferSessionTask, @unchecked Se
         self.stream.withLock { $0.connection = task }
         Task {
             do {
-                _ = try await task.value
+                self.connectionReady.settle(.success(try await task.value))
             } catch {
                 self.complete(error: error)
             }
@@ -214,18 +216,14 @@ public final class TransferSessionStreamTask: TransferSessionTask, @unchecked Se
         }
     }
 
+    /// The connection once ``resume()`` made it, or why there is none (connecting failed, or
+    /// the task ended first). Waits, without polling, until one of these happened.
     private func waitForConnection() async -> Result<StreamConnection, any Error> {
-        while true {
-            let (task, completed) = self.stream.withLock { ($0.connection, $0.completed) }
-            if let task {
-                do {
-                    return .success(try await task.value)
-                } catch {
-                    return .failure(self.error ?? error)
-                }
-            }
-            if completed { return .failure(self.error ?? URLError(.cancelled)) }
-            try? await Task.sleep(for: .milliseconds(5))  // not resumed yet
+        do {
+            let connection = try await self.connectionReady.value()
+            return .success(connection)
+        } catch {
+            return .failure(self.error ?? error)
         }
     }
 
@@ -256,6 +254,7 @@ public final class TransferSessionStreamTask: TransferSessionTask, @unchecked Se
             return !state.completed
         }
         guard first else { return }
+        self.connectionReady.settle(.failure(error ?? URLError(.cancelled)))
         if error != nil, let connection = self.stream.withLock({ $0.connection }) {
             Task { (try? await connection.value)?.close() }
         }
@@ -265,6 +264,33 @@ public final class TransferSessionStreamTask: TransferSessionTask, @unchecked Se
 
     private static func timeAmount(_ seconds: TimeInterval) -> TimeAmount? {
         seconds > 0 ? .milliseconds(Int64(seconds * 1000)) : nil
+    }
+}
+
+/// A value that is settled once and awaited by any number of callers.
+final class Settable<Value: Sendable>: Sendable {
+    private let state = Mutex<(result: Result<Value, any Error>?, waiters: [CheckedContinuation<Value, any Error>])>((nil, []))
+
+    /// Settles with `result`; later calls have no effect.
+    func settle(_ result: Result<Value, any Error>) {
+        let waiters = self.state.withLock { state -> [CheckedContinuation<Value, any Error>] in
+            guard state.result == nil else { return [] }
+            state.result = result
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(with: result) }
+    }
+
+    func value() async throws -> Value {
+        try await withCheckedThrowingContinuation { continuation in
+            let settled = self.state.withLock { state -> Result<Value, any Error>? in
+                if let result = state.result { return result }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let settled { continuation.resume(with: settled) }
+        }
     }
 }
 
