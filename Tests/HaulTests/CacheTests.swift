@@ -339,4 +339,22 @@ struct CacheTests {
         cache.removeAllCachedResponses()
         #expect(cache.currentMemoryUsage == 0 && cache.cachedResponse(for: request("a")) == nil)
     }
+
+    @Test("Disk capacity: the oldest entry files go first once the files exceed it")
+    func diskCapacity() throws {
+        defer { try? FileManager.default.removeItem(at: self.directory) }
+        let cache = TransferURLCache(memoryCapacity: 0, diskCapacity: 20_000, directory: self.directory)
+        for index in 0..<30 {
+            let url = URL(string: "http://127.0.0.1:1/disk/\(index)")!
+            let response = HTTPURLResponse(url: url, statusCode: 200, httpVersion: "HTTP/1.1", headerFields: ["Cache-Control": "max-age=60"])!
+            cache.storeCachedResponse(CachedURLResponse(response: response, data: Data(repeating: UInt8(index), count: 900)), for: URLRequest(url: url))
+            Thread.sleep(forTimeInterval: 0.01)  // distinct modification times
+        }
+        let usage = cache.currentDiskUsage
+        #expect(usage <= 20_000 && usage > 15_000, "\(usage)")
+        #expect(cache.cachedResponse(for: URLRequest(url: URL(string: "http://127.0.0.1:1/disk/0")!)) == nil)
+        #expect(cache.cachedResponse(for: URLRequest(url: URL(string: "http://127.0.0.1:1/disk/29")!))?.data.count == 900)
+        let files = try FileManager.default.contentsOfDirectory(atPath: self.directory.path)
+        #expect(files.count < 30 && files.count >= 14, "\(files.count)")
+    }
 }

@@ -271,14 +271,17 @@ public final class TransferURLCache: Sendable {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             let previous = (try? file.resourceValues(forKeys: [.fileSizeKey]).fileSize) ?? nil
             try data.write(to: file, options: .atomic)
-            self.state.withLock { state in
-                if let usage = state.diskUsage { state.diskUsage = usage - (previous ?? 0) + data.count }
+            let overCapacity = self.state.withLock { state -> Bool in
+                guard let usage = state.diskUsage else { return true }  // not counted yet
+                state.diskUsage = usage - (previous ?? 0) + data.count
+                return state.diskUsage! > state.diskCapacity
             }
+            // The directory is listed only when the count says the capacity is exceeded.
+            if overCapacity { self.trimDisk() }
         } catch {
             // A full or read-only disk only means no disk entry.
             return
         }
-        self.trimDisk()
     }
 
     private func readFromDisk(key: String) -> StoredResponse? {
