@@ -198,6 +198,28 @@ struct TLSTests {
         try await origin.shutdown()
     }
 
+    @Test("A server that was down when first asked is judged once it is up (no decision kept without a chain)")
+    func serverDownThenUp() async throws {
+        defer { certificates.remove() }
+        let identity = try certificates.selfSigned(name: "late")
+        let placeholder = try await FaultInjectingHTTPServer.start()
+        let port = placeholder.port
+        try await placeholder.shutdown()
+        let delegate = PinningDelegate(pin: try identity.sha256())
+        let session = self.session(delegate)
+        defer { session.finishTasksAndInvalidate() }
+        let url = URL(string: "https://127.0.0.1:\(port)/file/late?size=1000")!
+        let down = await #expect(throws: URLError.self) { _ = try await session.data(from: url) }
+        #expect(down?.code == .cannotConnectToHost)
+        #expect(delegate.shown.withLock { $0.isEmpty })
+
+        let server = try await FaultInjectingHTTPServer.start(port: port, tls: try TestCertificates.serverConfiguration(identity))
+        let (data, _) = try await session.data(from: url)
+        #expect(data.count == 1000)
+        #expect(delegate.shown.withLock { $0.count } == 1)
+        try await server.shutdown()
+    }
+
     @Test("tlsMinimumSupportedProtocolVersion: a TLS 1.2-only server is refused when 1.3 is required")
     func minimumVersion() async throws {
         defer { certificates.remove() }

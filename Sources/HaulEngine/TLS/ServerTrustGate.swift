@@ -53,7 +53,13 @@ package final class ServerTrustGate: Sendable {
     private let options: TLSOptions
     private let connectTimeout: TimeAmount
     private let eventLoop: any EventLoop
-    private let decisions = Mutex<[String: Task<Decision, Never>]>([:])
+    /// A decision, and whether it may be kept for later requests.
+    private struct Verdict: Sendable {
+        var decision: Decision
+        var keep: Bool
+    }
+
+    private let decisions = Mutex<[String: Task<Verdict, Never>]>([:])
 
     package init(handler: @escaping Handler, options: TLSOptions, connectTimeout: TimeAmount, eventLoop: any EventLoop) {
         self.handler = handler
@@ -66,19 +72,19 @@ package final class ServerTrustGate: Sendable {
     /// callers for one server share one probe and one question.
     package func decision(host: String, port: Int, proxy: ProxySettings.Server? = nil) async -> Decision {
         let key = "\(host.lowercased()):\(port)"
-        let task = self.decisions.withLock { decisions -> Task<Decision, Never> in
+        let task = self.decisions.withLock { decisions -> Task<Verdict, Never> in
             if let task = decisions[key] { return task }
             let task = Task { await self.decide(host: host, port: port, proxy: proxy) }
             decisions[key] = task
             return task
         }
-        let decision = await task.value
-        if case .refused = decision {
+        let verdict = await task.value
+        if !verdict.keep {
             self.decisions.withLock { decisions in
                 if decisions[key] == task { decisions[key] = nil }
             }
         }
-        return decision
+        return verdict.decision
     }
 
     /// Judges a chain met on a connection the engine owns (a stream task's STARTTLS): asks the
@@ -118,7 +124,9 @@ package final class ServerTrustGate: Sendable {
         )
     }
 
-    private func decide(host: String, port: Int, proxy: ProxySettings.Server?) async -> Decision {
+    /// Refusals are not kept (the next request asks again), nor is "no chain seen" (the server
+    /// was down or not speaking TLS: the delegate must see its chain once it is up).
+    private func decide(host: String, port: Int, proxy: ProxySettings.Server?) async -> Verdict {
         let chain: [NIOSSLCertificate]
         do {
             var probeConfiguration = self.options.clientConfiguration()
@@ -133,17 +141,17 @@ package final class ServerTrustGate: Sendable {
             )
         } catch {
             // No chain to judge (no connection, no TLS): the request itself reports why.
-            return .useDefault
+            return Verdict(decision: .useDefault, keep: false)
         }
         let question = self.question(host: host, port: port, proxy: proxy, chain: chain)
         switch await self.handler(question) {
         case .performDefaultHandling:
-            return .useDefault
+            return Verdict(decision: .useDefault, keep: true)
         case .refuse(let error):
-            return .refused(error)
+            return Verdict(decision: .refused(error), keep: false)
         case .trustPresentedChain:
-            if await question.evaluateByDefault() { return .useDefault }
-            return .use(self.options.pinnedConfiguration(trusting: chain))
+            if await question.evaluateByDefault() { return Verdict(decision: .useDefault, keep: true) }
+            return Verdict(decision: .use(self.options.pinnedConfiguration(trusting: chain)), keep: true)
         }
     }
 }
