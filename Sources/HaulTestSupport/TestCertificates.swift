@@ -16,6 +16,15 @@ public final class TestCertificates: Sendable {
             try NIOSSLCertificate.fromPEMFile(self.certificatePath)[0].toDERBytes()
         }
 
+        /// The SHA-256 of the public key (DER SubjectPublicKeyInfo), lowercase hex, computed by
+        /// the `openssl` command (independently of NIOSSL).
+        public func publicKeySHA256() throws -> String {
+            let der = try TestCertificates.run([
+                "sh", "-c", "openssl x509 -in '\(self.certificatePath)' -pubkey -noout | openssl pkey -pubin -outform DER",
+            ])
+            return SHA256.hash(data: der).map { String(format: "%02x", $0) }.joined()
+        }
+
         /// The SHA-256 of the DER certificate, lowercase hex: what a pinning client compares.
         public func sha256() throws -> String {
             SHA256.hash(data: try self.derBytes()).map { String(format: "%02x", $0) }.joined()
@@ -103,18 +112,26 @@ public final class TestCertificates: Sendable {
     }
 
     private func openssl(_ arguments: [String]) throws {
+        _ = try Self.run(["openssl"] + arguments)
+    }
+
+    /// Runs a command (through `env`), returns its standard output; throws with its errors.
+    static func run(_ arguments: [String]) throws -> Data {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["openssl"] + arguments
+        process.arguments = arguments
         let errors = Pipe()
+        let output = Pipe()
         process.standardError = errors
-        process.standardOutput = FileHandle.nullDevice
+        process.standardOutput = output
         try process.run()
+        let result = output.fileHandleForReading.readDataToEndOfFile()
         let message = errors.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw Failure(description: "openssl \(arguments.first ?? "") failed: \(String(decoding: message, as: UTF8.self))")
+            throw Failure(description: "\(arguments.prefix(2).joined(separator: " ")) failed: \(String(decoding: message, as: UTF8.self))")
         }
+        return result
     }
 
     struct Failure: Error, CustomStringConvertible {

@@ -78,6 +78,8 @@ struct TLSTests {
         #expect(shown.first?.certificates.count == 1)
         #expect(shown.first?.certificates.first.map { [UInt8]($0) } == (try identity.derBytes()))
         #expect(delegate.defaultVerdicts.withLock { $0 } == [false], "a self-signed certificate is not trusted by default")
+        #expect(shown.first?.publicKeySHA256Fingerprints == [try identity.publicKeySHA256()], "the key pin, as openssl computes it")
+        #expect(shown.first?.sha256Fingerprints != shown.first?.publicKeySHA256Fingerprints.compactMap { $0 })
         #expect(server.requests.count == 2)
         try await server.shutdown()
     }

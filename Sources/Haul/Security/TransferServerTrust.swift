@@ -1,4 +1,5 @@
 import Crypto
+import NIOSSL
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -29,6 +30,19 @@ public struct TransferServerTrust: Sendable {
     /// The SHA-256 of each certificate, lowercase hex, leaf first: what pinning compares.
     public var sha256Fingerprints: [String] {
         self.certificates.map { SHA256.hash(data: $0).map { String(format: "%02x", $0) }.joined() }
+    }
+
+    /// The SHA-256 of each certificate's public key (its DER SubjectPublicKeyInfo), lowercase
+    /// hex, leaf first: the pin that survives certificate renewals with the same key (curl's
+    /// `--pinnedpubkey sha256//…` is the base64 of the same digest). `nil` for a certificate
+    /// whose key cannot be read.
+    public var publicKeySHA256Fingerprints: [String?] {
+        self.certificates.map { der in
+            guard let certificate = try? NIOSSLCertificate(bytes: Array(der), format: .der),
+                let spki = try? certificate.extractPublicKey().toSPKIBytes()
+            else { return nil }
+            return SHA256.hash(data: spki).map { String(format: "%02x", $0) }.joined()
+        }
     }
 
     /// Whether the chain passes default verification — the system's trust roots and the host
