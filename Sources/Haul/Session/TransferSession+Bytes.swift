@@ -2,6 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import HaulEngine
 import Synchronization
 
 extension TransferSession {
@@ -94,12 +95,34 @@ extension TransferSession {
         } onCancel: {
             task.cancel()
         }
-        return (AsyncBytes(task: task, chunks: chunks), response.value)
+        // Pulled one chunk at a time: what the consumer takes leaves the task's delivery
+        // window, so a slow iteration slows the transfer instead of filling memory.
+        let source = ChunkPuller(iterator: chunks.makeAsyncIterator(), window: task.deliveryWindow)
+        let paced = AsyncThrowingStream<Data, any Error>(unfolding: { try await source.next() })
+        return (AsyncBytes(task: task, chunks: paced), response.value)
     }
 
     /// Loads `url`; see ``bytes(for:)``.
     public func bytes(from url: URL) async throws -> (AsyncBytes, URLResponse) {
         try await self.bytes(for: URLRequest(url: url))
+    }
+}
+
+/// Takes the next chunk of a body stream and marks it consumed in the delivery window.
+private final class ChunkPuller: @unchecked Sendable {
+    // @unchecked: `next()` is called by one consumer at a time (an unfolding stream's puller).
+    private var iterator: AsyncThrowingStream<Data, any Error>.AsyncIterator
+    private let window: DeliveryWindow
+
+    init(iterator: AsyncThrowingStream<Data, any Error>.AsyncIterator, window: DeliveryWindow) {
+        self.iterator = iterator
+        self.window = window
+    }
+
+    func next() async throws -> Data? {
+        let chunk = try await self.iterator.next()
+        if let chunk { self.window.consumed(chunk.count) }
+        return chunk
     }
 }
 

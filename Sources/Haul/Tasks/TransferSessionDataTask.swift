@@ -25,6 +25,13 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
 
     override var hasDelegateCallbacks: Bool { self.completionHandler == nil && self.sink == nil }
 
+    /// Body bytes handed to the delegate queue or to `bytes(for:)` and not consumed yet: at
+    /// 4 MiB the transfer stops reading until the consumer is down to 2 MiB.
+    let deliveryWindow = DeliveryWindow(limit: 4 << 20)
+
+    /// Tasks with a completion handler collect the whole body anyway: no window.
+    override var bodyWindow: DeliveryWindow? { self.completionHandler == nil ? self.deliveryWindow : nil }
+
     override func responseReceived(_ response: URLResponse, resumedAtOffset: Int64?, expectedTotal: Int64?) {
         if let sink = self.sink {
             sink.response(response)
@@ -55,6 +62,7 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
             return
         }
         guard disposition == .allow else {
+            self.deliveryWindow.close()
             let completion = self.inner.withLock { inner in
                 inner.dataGate = .refused
                 defer { inner.pendingCompletion = nil }
@@ -67,9 +75,11 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
         self.inner.withLock { inner in
             if case .awaitingDisposition(let buffered) = inner.dataGate, !buffered.isEmpty {
                 let chunks = buffered
+                let window = self.deliveryWindow
                 session.enqueueDelegateCall { delegate in
                     for chunk in chunks {
                         (delegate as? any TransferSessionDataDelegate)?.urlSession(session, dataTask: self, didReceive: chunk)
+                        window.consumed(chunk.count)
                     }
                 }
             }
@@ -111,9 +121,11 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
     override func bodyReceived(_ data: Data) {
         if let sink = self.sink {
             self.inner.withLock { $0.countOfBytesReceived += Int64(data.count) }
+            self.deliveryWindow.handedOver(data.count)  // consumed as the iteration pulls it
             sink.data(data)
             return
         }
+        let window = self.deliveryWindow
         let session = self.session
         var failed = false
         self.inner.withLock { inner in
@@ -125,10 +137,13 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
             switch inner.dataGate {
             case .open:
                 // Enqueued under the lock so that pieces keep their order.
+                window.handedOver(data.count)
                 session.enqueueDelegateCall { delegate in
                     (delegate as? any TransferSessionDataDelegate)?.urlSession(session, dataTask: self, didReceive: data)
+                    window.consumed(data.count)
                 }
             case .awaitingDisposition(var buffered):
+                window.handedOver(data.count)
                 buffered.append(data)
                 inner.dataGate = .awaitingDisposition(buffered: buffered)
             case .refused:
@@ -175,6 +190,7 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
                     failed = !self.write(chunk, to: file, at: written, for: download)
                     written += Int64(chunk.count)
                 }
+                self.deliveryWindow.consumed(buffered.reduce(0) { $0 + $1.count })
             }
             inner.dataGate = .becameDownload(download, file, written: written)
             defer { inner.pendingCompletion = nil }
@@ -213,6 +229,7 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
     }
 
     override func deliverCompletion(error: (any Error)?) {
+        self.deliveryWindow.close()
         let session = self.session
         let metrics = self.finalMetrics()
         if let sink = self.sink {

@@ -232,6 +232,9 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
         if self.inner.withLock({ $0.pendingBytesWritten > 0 }) { self.scheduleProgressDelivery() }
     }
 
+    /// The window that paces data-task bodies to their consumer; `nil` for unpaced kinds.
+    var bodyWindow: DeliveryWindow? { nil }
+
     /// A response is about to be stored in the session's cache: the entry to store, or `nil`.
     /// Data tasks with delegate callbacks ask `willCacheResponse`.
     func willStore(_ response: StoredResponse) async -> StoredResponse? { response }
@@ -431,6 +434,8 @@ extension TransferSessionTask: TransferRunObserver {
     }
 
     package var handlesAuthentication: Bool { true }
+
+    package var bodyDeliveryWindow: DeliveryWindow? { self.bodyWindow }
 
     package func transferRun(_ run: TransferRun, willStore response: StoredResponse) async -> StoredResponse? {
         await self.willStore(response)

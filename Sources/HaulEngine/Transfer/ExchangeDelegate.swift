@@ -205,6 +205,10 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                 }
             }
             self.run.observer.transferRun(self.run, didReceive: buffer)
+            if let wait = self.run.observer.bodyDeliveryWindow?.wait(on: task.eventLoop) {
+                // The consumer is behind: not reading is what slows the sender down.
+                return wait
+            }
         case .redirect(let response, var body):
             if body.readableBytes + buffer.readableBytes <= Self.maximumRedirectBodyBytes {
                 var copy = buffer

@@ -31,6 +31,10 @@ package protocol TransferRunObserver: AnyObject, Sendable {
     /// Body bytes arrived (data transfers). Called once per received chunk.
     func transferRun(_ run: TransferRun, didReceive body: ByteBuffer)
 
+    /// The window of body bytes handed over but not consumed yet; when it is full the run stops
+    /// reading until it drains. `nil`: no limit.
+    var bodyDeliveryWindow: DeliveryWindow? { get }
+
     /// A redirect is about to be followed. Return the request to send (possibly modified), or
     /// `nil` to stop and complete with the redirect response itself. Called on no particular
     /// thread; the run waits for the answer.
@@ -72,6 +76,8 @@ package enum AuthenticationAnswer: Sendable {
 }
 
 extension TransferRunObserver {
+    package var bodyDeliveryWindow: DeliveryWindow? { nil }
+
     package func transferRun(_ run: TransferRun, willStore response: StoredResponse) async -> StoredResponse? { response }
 
     package func transferRun(_ run: TransferRun, didSendBodyBytes byteCount: Int64, totalSent: Int64, expectedToSend: Int64) {}
