@@ -10,6 +10,9 @@ public enum ExitStatus: Int32, Error, Sendable {
     case fileError = 3
     /// The network failed (refused, reset, timed out) after all retries.
     case networkError = 4
+    /// TLS failed: an untrusted certificate, a public key that matches no pin, a failed
+    /// handshake.
+    case tlsError = 5
     /// The server answered, but with something wrong: an error status or bytes that cannot be
     /// trusted (lying Content-Range, length mismatch).
     case serverError = 8

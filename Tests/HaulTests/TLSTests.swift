@@ -222,6 +222,28 @@ struct TLSTests {
         try await server.shutdown()
     }
 
+    @Test("tlsAdditionalTrustedCertificates: a private root is trusted by default verification, others still are not")
+    func additionalRoots() async throws {
+        defer { certificates.remove() }
+        let authority = try certificates.authority(name: "private-ca")
+        let issued = try certificates.issue(name: "issued", by: authority, forClient: false)
+        let stranger = try certificates.selfSigned(name: "stranger")
+        let server = try await FaultInjectingHTTPServer.start(tls: try TestCertificates.serverConfiguration(issued))
+        let other = try await FaultInjectingHTTPServer.start(tls: try TestCertificates.serverConfiguration(stranger))
+        let session = self.session(nil) {
+            $0.tlsAdditionalTrustedCertificates = try? TransferTrustedCertificates(pemFile: authority.certificatePath)
+        }
+        defer { session.finishTasksAndInvalidate() }
+        let (data, _) = try await session.data(from: server.url("/file/ca?size=2000&seed=2"))
+        #expect(data == Data(TestContent.bytes(0..<2000, seed: 2)))
+        let error = await #expect(throws: URLError.self) { _ = try await session.data(from: other.url("/file/ca?size=10")) }
+        #expect(error?.code == .serverCertificateUntrusted)
+        #expect(throws: (any Error).self) { _ = try TransferTrustedCertificates(pemFile: "/nonexistent.pem") }
+        #expect(throws: (any Error).self) { _ = try TransferTrustedCertificates(pem: Data("junk".utf8)) }
+        try await server.shutdown()
+        try await other.shutdown()
+    }
+
     @Test("tlsMinimumSupportedProtocolVersion: a TLS 1.2-only server is refused when 1.3 is required")
     func minimumVersion() async throws {
         defer { certificates.remove() }

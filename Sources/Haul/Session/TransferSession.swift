@@ -100,6 +100,7 @@ public final class TransferSession: Sendable {
         engineConfiguration.tls.minimumVersion = copy.tlsMinimumSupportedProtocolVersion.nioVersion
         engineConfiguration.tls.maximumVersion = copy.tlsMaximumSupportedProtocolVersion.nioVersion
         engineConfiguration.tls.clientIdentity = copy.tlsClientCertificate?.identity
+        engineConfiguration.tls.additionalTrustRoots = copy.tlsAdditionalTrustedCertificates?.certificates ?? []
         let cookieJar = copy.httpCookieStorage.map {
             SessionCookieJar(storage: $0, sendsCookies: copy.httpShouldSetCookies, acceptPolicy: copy.httpCookieAcceptPolicy)
         }

@@ -111,6 +111,9 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     public var tlsMaximumSupportedProtocolVersion: TLSProtocolVersion = .TLSv13
     /// The client certificate presented when a server asks for one; `nil` for none.
     public var tlsClientCertificate: TransferClientCertificate?
+    /// Root certificates trusted besides the system's, for default verification (a Haul
+    /// extension: a private CA without a trust challenge). `nil` for the system's only.
+    public var tlsAdditionalTrustedCertificates: TransferTrustedCertificates?
 
     /// Whether the delegate is shown each https server's chain (one probe handshake per
     /// server). Tools whose delegate never judges trust (`haul get`) turn it off.
@@ -159,6 +162,7 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         copy.tlsMinimumSupportedProtocolVersion = self.tlsMinimumSupportedProtocolVersion
         copy.tlsMaximumSupportedProtocolVersion = self.tlsMaximumSupportedProtocolVersion
         copy.tlsClientCertificate = self.tlsClientCertificate
+        copy.tlsAdditionalTrustedCertificates = self.tlsAdditionalTrustedCertificates
         copy.urlCache = self.urlCache
         copy.asksDelegateAboutServerTrust = self.asksDelegateAboutServerTrust
         copy.requestCachePolicy = self.requestCachePolicy

@@ -54,6 +54,19 @@ struct GetCommand: AsyncParsableCommand {
     @Flag(name: [.customShort("q"), .customLong("quiet")], help: "Print errors only.")
     var quiet = false
 
+    @Option(name: .customLong("cacert"), help: "Trust the certificates in this PEM FILE besides the system's (a private CA).")
+    var caCertificates: String?
+
+    @Option(
+        name: .customLong("pinnedpubkey"),
+        help: "Accept only servers whose public key has this SHA-256: 'sha256//BASE64', several joined by ';'."
+    )
+    var pinnedPublicKey: String?
+
+    @Flag(name: [.customShort("k"), .customLong("insecure")], help: "Accept any server certificate (pins still apply).")
+    var insecure = false
+
+
     /// URLs from the arguments and the input file, validated.
     private(set) var resolvedURLs: [URL] = []
 
@@ -95,6 +108,7 @@ struct GetCommand: AsyncParsableCommand {
             throw ValidationError("a header must look like 'Name: value', got '\(header)'")
         }
         if self.fresh, self.continueExisting { throw ValidationError("use either -c or --fresh, not both") }
+        _ = try self.trustOptions()
         if let directory {
             var isDirectory: ObjCBool = false
             guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
@@ -103,7 +117,34 @@ struct GetCommand: AsyncParsableCommand {
         }
     }
 
+    /// `--cacert` read and `--pinnedpubkey` parsed; a clear usage error when they are wrong.
+    func trustOptions() throws -> (TransferTrustedCertificates?, Set<String>) {
+        var trusted: TransferTrustedCertificates?
+        if let caCertificates {
+            do {
+                trusted = try TransferTrustedCertificates(pemFile: caCertificates)
+            } catch {
+                throw ValidationError("--cacert: \(error)")
+            }
+        }
+        return (trusted, try self.pinnedPublicKey.map(Self.parsePins) ?? [])
+    }
+
+    /// `sha256//BASE64;sha256//BASE64` → the digests in lowercase hex.
+    static func parsePins(_ text: String) throws -> Set<String> {
+        var pins = Set<String>()
+        for item in text.split(separator: ";").map({ $0.trimmingCharacters(in: .whitespaces) }) where !item.isEmpty {
+            guard item.hasPrefix("sha256//"), let digest = Data(base64Encoded: String(item.dropFirst(8))), digest.count == 32 else {
+                throw ValidationError("--pinnedpubkey takes 'sha256//' and the base64 of a SHA-256 digest, got '\(item)'")
+            }
+            pins.insert(digest.map { String(format: "%02x", $0) }.joined())
+        }
+        guard !pins.isEmpty else { throw ValidationError("--pinnedpubkey names no key") }
+        return pins
+    }
+
     func run() async throws {
+        let (trustedCertificates, pinnedKeys) = try self.trustOptions()
         let parallelism = self.jobs ?? (self.resolvedURLs.count > 1 ? 4 : 1)
         var requestHeaders: [(String, String)] = []
         for header in self.headers {
@@ -119,7 +160,10 @@ struct GetCommand: AsyncParsableCommand {
             retryPolicy: RetryPolicy(maximumAttempts: self.retries + 1),
             idleTimeout: self.timeout,
             parallelism: parallelism,
-            output: self.quiet ? .quiet : (Terminal.isInteractive ? .live : .lines)
+            output: self.quiet ? .quiet : (Terminal.isInteractive ? .live : .lines),
+            trustedCertificates: trustedCertificates,
+            pinnedKeys: pinnedKeys,
+            insecure: self.insecure
         )
         let coordinator = GetCoordinator(options: options)
         let status = await coordinator.run(urls: self.resolvedURLs)

@@ -20,7 +20,16 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         var idleTimeout: Double
         var parallelism: Int
         var output: ProgressReporter.Mode
+        /// `--cacert`: roots trusted besides the system's.
+        var trustedCertificates: TransferTrustedCertificates? = nil
+        /// `--pinnedpubkey`: SHA-256 digests (hex) of the public keys a server may present.
+        var pinnedKeys: Set<String> = []
+        /// `-k`: any certificate is accepted (pins still apply).
+        var insecure = false
     }
+
+    /// Why a server's certificate was refused, by "host:port", for the error message.
+    private var trustRefusals: [String: String] = [:]
 
     /// What one task attempt ended with.
     enum AttemptResult: Sendable {
@@ -65,8 +74,9 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         // Like curl and wget: http_proxy, https_proxy and no_proxy apply; no cookies are kept.
         configuration.usesEnvironmentProxies = true
         configuration.httpCookieStorage = TransferCookieStorage()
-        // Default certificate verification only: no probe handshake per host, no cache.
-        configuration.asksDelegateAboutServerTrust = false
+        // Without -k or --pinnedpubkey, default verification decides: no probe handshake.
+        configuration.asksDelegateAboutServerTrust = self.options.insecure || !self.options.pinnedKeys.isEmpty
+        configuration.tlsAdditionalTrustedCertificates = self.options.trustedCertificates
         configuration.urlCache = nil
         configuration.timeoutIntervalForRequest = self.options.idleTimeout
         configuration.httpMaximumConnectionsPerHost = max(6, self.options.parallelism)
@@ -183,6 +193,11 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
                 resumeData = error.userInfo[TransferSessionDownloadTaskResumeData] as? Data
                 if let resumeData { job.saveCheckpoint(resumeData) } else { job.discardCheckpoint() }
                 let status = (error.userInfo["statusCode"] as? Int)
+                if let refusal = self.trustRefusal(for: url) {
+                    self.reporter.error("\(url.absoluteString): \(refusal)")
+                    job.discardCheckpoint()
+                    return .tlsError
+                }
                 let failure = TransferFailureKind(error, status: status)
                 let message = "\(url.absoluteString): \(error.localizedDescription)"
                 switch self.decide(attempt: attempt, failure: failure, retryAfter: nil) {
@@ -212,6 +227,9 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
     static func exitStatus(for error: URLError, status: Int?) -> ExitStatus {
         if status != nil { return .serverError }
         switch error.code {
+        case .serverCertificateUntrusted, .serverCertificateHasBadDate, .serverCertificateHasUnknownRoot,
+            .serverCertificateNotYetValid, .secureConnectionFailed, .clientCertificateRejected, .clientCertificateRequired:
+            return .tlsError
         case .cannotCreateFile, .cannotWriteToFile, .cannotOpenFile, .cannotMoveFile, .cannotRemoveFile, .fileDoesNotExist:
             return .fileError
         case .badServerResponse, .httpTooManyRedirects, .redirectToNonExistentLocation, .cannotParseResponse:
@@ -287,6 +305,45 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
     }
 
     // MARK: - Delegate
+
+    // MARK: - Server trust (-k, --pinnedpubkey)
+
+    /// Asked once per https host and port, only with -k or --pinnedpubkey: a pinned key must
+    /// match the leaf's; then -k accepts the chain, otherwise default verification (system
+    /// roots, --cacert, the host name) must pass as well — curl's rules.
+    func urlSession(
+        _ session: TransferSession,
+        didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
+        guard let trust = challenge.protectionSpace.transferServerTrust else {
+            completionHandler(.performDefaultHandling, nil)
+            return
+        }
+        let key = "\(trust.host):\(trust.port)"
+        if !self.options.pinnedKeys.isEmpty {
+            guard let leafKey = trust.publicKeySHA256Fingerprints.first ?? nil, self.options.pinnedKeys.contains(leafKey) else {
+                self.lock.withLock { self.trustRefusals[key] = "the server's public key matches no --pinnedpubkey" }
+                completionHandler(.cancelAuthenticationChallenge, nil)
+                return
+            }
+        }
+        if self.options.insecure {
+            completionHandler(.useCredential, nil)
+            return
+        }
+        trust.evaluate { trusted in
+            if !trusted {
+                self.lock.withLock { self.trustRefusals[key] = "the server's certificate is not trusted (use --cacert FILE for a private CA, or -k)" }
+            }
+            completionHandler(trusted ? .useCredential : .cancelAuthenticationChallenge, nil)
+        }
+    }
+
+    private func trustRefusal(for url: URL) -> String? {
+        guard url.scheme?.lowercased() == "https", let host = url.host else { return nil }
+        return self.lock.withLock { self.trustRefusals["\(host):\(url.port ?? 443)"] }
+    }
 
     func urlSession(_ session: TransferSession, downloadTask: TransferSessionDownloadTask, didFinishDownloadingTo location: URL) {
         guard let job = self.lock.withLock({ self.pending[downloadTask.taskIdentifier]?.job }) else { return }

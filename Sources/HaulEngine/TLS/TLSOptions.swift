@@ -9,6 +9,8 @@ package struct TLSOptions: Sendable {
     package var maximumVersion: TLSVersion?
     /// The certificate chain (leaf first) and key presented when a server asks for one.
     package var clientIdentity: ClientIdentity?
+    /// Certificates trusted as roots besides the system's (a private CA).
+    package var additionalTrustRoots: [NIOSSLCertificate] = []
 
     package struct ClientIdentity: Sendable {
         package var chain: [NIOSSLCertificate]
@@ -27,6 +29,9 @@ package struct TLSOptions: Sendable {
         var configuration = TLSConfiguration.makeClientConfiguration()
         if let minimumVersion { configuration.minimumTLSVersion = minimumVersion }
         configuration.maximumTLSVersion = self.maximumVersion
+        if !self.additionalTrustRoots.isEmpty {
+            configuration.additionalTrustRoots = [.certificates(self.additionalTrustRoots)]
+        }
         if let clientIdentity {
             configuration.certificateChain = clientIdentity.chain.map { .certificate($0) }
             configuration.privateKey = .privateKey(clientIdentity.key)
@@ -40,6 +45,7 @@ package struct TLSOptions: Sendable {
     package func pinnedConfiguration(trusting certificates: [NIOSSLCertificate]) -> TLSConfiguration {
         var configuration = self.clientConfiguration()
         configuration.trustRoots = .certificates(certificates)
+        configuration.additionalTrustRoots = []
         configuration.certificateVerification = .noHostnameVerification
         return configuration
     }
