@@ -57,7 +57,9 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
 
     private func dispositionDecided(_ disposition: URLSession.ResponseDisposition) {
         let session = self.session
-        if disposition == .becomeDownload {
+        // `.becomeDownload` (raw value 2), compared by value: swift-corelibs-foundation marks the
+        // case deprecated because its own URLSession cannot do it; Haul can.
+        if disposition.rawValue == 2 {
             self.becomeDownload()
             return
         }

@@ -142,12 +142,6 @@ package final class StreamConnection: Sendable {
     }
 }
 
-/// Carries a verification callback to the event loop that installs it.
-private struct VerificationCallbackBox: @unchecked Sendable {
-    // @unchecked: the callback is handed over once and called by NIOSSL on the channel's loop.
-    var callback: NIOSSLCustomVerificationCallback?
-}
-
 /// Buffers what arrives and serves reads in order. Used on its channel's event loop only.
 final class StreamBufferHandler: ChannelInboundHandler, @unchecked Sendable {
     // @unchecked: every member is touched on the channel's event loop only.

@@ -62,6 +62,7 @@ enum TLSHandshakeProbe {
         let context = try NIOSSLContext(configuration: configuration)
         let isAddress = (try? SocketAddress(ipAddress: host, port: 0)) != nil
         let done = eventLoop.makePromise(of: Void.self)
+        let callback = VerificationCallbackBox(callback: verify)
         let channel: any Channel
         do {
             channel = try await ClientBootstrap(group: eventLoop)
@@ -70,7 +71,7 @@ enum TLSHandshakeProbe {
                     channel.eventLoop.makeCompletedFuture {
                         let makeTLS = {
                             let handler: NIOSSLClientHandler
-                            if let verify {
+                            if let verify = callback.callback {
                                 handler = try NIOSSLClientHandler(context: context, serverHostname: isAddress ? nil : host, customVerificationCallback: verify)
                             } else {
                                 handler = try NIOSSLClientHandler(context: context, serverHostname: isAddress ? nil : host)
