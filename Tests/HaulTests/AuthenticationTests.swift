@@ -132,6 +132,47 @@ struct AuthenticationTests {
         #expect(later.asked.withLock { $0.first?.proposedUser } == "u3")
         try await server.shutdown()
     }
+
+    @Test("Accepted credentials are sent again before a 401 for the same area; Digest counts its nonce up")
+    func preemptive() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let other = try await FaultInjectingHTTPServer.start()
+        let delegate = ChallengeDelegate([(.useCredential, Self.credential("ada", "lovelace"))])
+        let session = TransferSession(configuration: .ephemeral, delegate: delegate, delegateQueue: nil)
+        defer { session.finishTasksAndInvalidate() }
+        for round in 1...3 {
+            let (data, _) = try await session.data(from: server.url("/auth/digest?user=ada&pass=lovelace&round=\(round)"))
+            #expect(String(decoding: data, as: UTF8.self) == "hello ada\n")
+        }
+        #expect(delegate.asked.withLock { $0.count } == 1, "asked once for the area")
+        let authorizations = server.requests.map { $0.header("Authorization") }
+        #expect(server.requests.count == 4, "one 401, then three accepted requests")
+        #expect(authorizations.first == .some(nil))
+        #expect(authorizations.dropFirst().allSatisfy { $0?.hasPrefix("Digest username=\"ada\"") == true })
+        #expect(authorizations.compactMap { $0?.firstMatch(of: /nc=([0-9a-f]{8})/).map { String($0.1) } } == ["00000001", "00000002", "00000003"])
+
+        // Outside the area (another path directory, another port): nothing is sent unasked.
+        _ = try await session.data(from: server.url("/file/open?size=10"))
+        #expect(server.requests.last?.header("Authorization") == nil)
+        _ = try await session.data(from: other.url("/auth/digest?user=ada&pass=lovelace"))
+        #expect(other.requests.first?.header("Authorization") == nil)
+        try await server.shutdown()
+        try await other.shutdown()
+    }
+
+    @Test("A credential with persistence .none is used once and not sent again unasked")
+    func noPersistenceNoReuse() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let once = Self.credential("ada", "lovelace", .none)
+        let delegate = ChallengeDelegate([(.useCredential, once), (.useCredential, once)])
+        let session = TransferSession(configuration: .ephemeral, delegate: delegate, delegateQueue: nil)
+        defer { session.finishTasksAndInvalidate() }
+        _ = try await session.data(from: server.url("/auth/basic?user=ada&pass=lovelace&n=1"))
+        _ = try await session.data(from: server.url("/auth/basic?user=ada&pass=lovelace&n=2"))
+        #expect(delegate.asked.withLock { $0.count } == 2)
+        #expect(server.requests.count == 4)
+        try await server.shutdown()
+    }
 }
 
 @Suite("WWW-Authenticate parsing")
@@ -159,4 +200,5 @@ struct ChallengeParsingTests {
         #expect(header?.contains(#"response="8ca523f5e9506fed4657c9700eebdbec""#) == true, "\(header ?? "nil")")
         #expect(header?.contains("nc=00000001") == true && header?.contains("qop=auth") == true)
     }
+
 }

@@ -22,6 +22,8 @@ extension TransferSessionTask {
             .sorted { $0.scheme.lowercased() == "digest" && $1.scheme.lowercased() != "digest" }
         let url = request.url
         let storage = self.session.credentialStorage
+        // Whatever was sent before the challenge is not good here any more.
+        self.session.preemptiveAuthorization.withLock { $0.forget(url: url) }
         for challenge in challenges {
             let isDigest = challenge.scheme.lowercased() == "digest"
             let space = URLProtectionSpace(
@@ -58,11 +60,14 @@ extension TransferSessionTask {
             guard let credential, let user = credential.user, let password = credential.password else {
                 return .proceedWithoutCredential
             }
+            // Kept for the next requests to this area, unless the credential is for this once.
+            if credential.persistence != .none {
+                self.session.preemptiveAuthorization.withLock {
+                    $0.remember(url: url, scheme: isDigest ? .digest(challenge) : .basic, user: user, password: password, nonceCount: 1)
+                }
+            }
             if !isDigest { return .authorize(HTTPAuthorization.basic(user: user, password: password)) }
-            var components = URLComponents(url: url, resolvingAgainstBaseURL: false)
-            let path = components?.percentEncodedPath.isEmpty == false ? components!.percentEncodedPath : "/"
-            let uri = path + (components?.percentEncodedQuery.map { "?" + $0 } ?? "")
-            components = nil
+            let uri = Self.requestURI(url)
             let header = HTTPAuthorization.digest(
                 challenge: challenge,
                 user: user,
@@ -95,6 +100,26 @@ extension TransferSessionTask {
             }
         }
         return answer.value
+    }
+
+    /// The request-target of `url` as Digest signs it: percent-encoded path and query.
+    static func requestURI(_ url: URL) -> String {
+        let components = URLComponents(url: url, resolvingAgainstBaseURL: false)
+        let path = components?.percentEncodedPath.isEmpty == false ? components!.percentEncodedPath : "/"
+        return path + (components?.percentEncodedQuery.map { "?" + $0 } ?? "")
+    }
+
+    /// Credentials the server accepted before for this area, sent without waiting for a 401.
+    func preemptiveAuthorization(for request: TransferRequest) -> String? {
+        self.session.preemptiveAuthorization.withLock {
+            $0.authorization(
+                for: request.url,
+                method: request.method,
+                uri: Self.requestURI(request.url),
+                clientNonce: Self.clientNonce(),
+                hash: Self.hexDigest
+            )
+        }
     }
 
     static func credential(in url: URL) -> URLCredential? {

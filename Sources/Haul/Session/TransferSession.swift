@@ -34,6 +34,8 @@ public final class TransferSession: Sendable {
     private let trustAsker: ServerTrustAsker?
     /// The configuration's credential store (for challenges).
     let credentialStorage: TransferCredentialStorage?
+    /// Credentials accepted earlier in this session, sent again before a 401 (in memory only).
+    let preemptiveAuthorization = Mutex(PreemptiveAuthorization())
     private let isShared: Bool
     /// Where this session writes in-flight downloads.
     let downloadDirectory: URL

@@ -437,6 +437,10 @@ extension TransferSessionTask: TransferRunObserver {
 
     package var bodyDeliveryWindow: DeliveryWindow? { self.bodyWindow }
 
+    package func transferRun(_ run: TransferRun, preemptiveAuthorizationFor request: TransferRequest) -> String? {
+        self.preemptiveAuthorization(for: request)
+    }
+
     package func transferRun(_ run: TransferRun, willStore response: StoredResponse) async -> StoredResponse? {
         await self.willStore(response)
     }

@@ -270,6 +270,9 @@ package final class TransferRun: Sendable {
             let extra = self.state.withLock { $0.machine.requestWillBeSent() }
             for (name, value) in extra { headers.replaceOrAdd(name: name, value: value) }
         }
+        if !headers.contains("Authorization"), let authorization = self.observer.transferRun(self, preemptiveAuthorizationFor: request) {
+            headers.add(name: "Authorization", value: authorization)
+        }
         if let jar = self.engine.cookieJar, !headers.contains("Cookie"), let cookies = jar.cookieHeader(for: request.url) {
             headers.add(name: "Cookie", value: cookies)
         }

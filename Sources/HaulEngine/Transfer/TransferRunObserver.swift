@@ -51,6 +51,11 @@ package protocol TransferRunObserver: AnyObject, Sendable {
     /// response, after its last body bytes and before the run completes; the run waits.
     func transferRun(_ run: TransferRun, willStore response: StoredResponse) async -> StoredResponse?
 
+    /// An `Authorization` value to send with `request` before any challenge (credentials the
+    /// server accepted earlier for this area), or `nil`. Asked before each exchange whose
+    /// request carries no `Authorization` yet; called on no particular thread.
+    func transferRun(_ run: TransferRun, preemptiveAuthorizationFor request: TransferRequest) -> String?
+
     /// Whether 401 answers with `WWW-Authenticate` go to the challenge method below.
     var handlesAuthentication: Bool { get }
 
@@ -76,6 +81,8 @@ package enum AuthenticationAnswer: Sendable {
 }
 
 extension TransferRunObserver {
+    package func transferRun(_ run: TransferRun, preemptiveAuthorizationFor request: TransferRequest) -> String? { nil }
+
     package var bodyDeliveryWindow: DeliveryWindow? { nil }
 
     package func transferRun(_ run: TransferRun, willStore response: StoredResponse) async -> StoredResponse? { response }
