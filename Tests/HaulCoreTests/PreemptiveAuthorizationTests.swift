@@ -8,7 +8,7 @@ struct PreemptiveAuthorizationTests {
 
     func header(_ table: inout PreemptiveAuthorization, _ url: String) -> String? {
         let url = URL(string: url)!
-        return table.authorization(for: url, method: "GET", uri: url.path, clientNonce: "c", hash: Self.hash)
+        return table.authorization(for: url, method: "GET", uri: { url.path }, clientNonce: { "c" }, hash: Self.hash)
     }
 
     @Test("Same origin and path area only; scheme, host and port must all match")

@@ -115,8 +115,8 @@ extension TransferSessionTask {
             $0.authorization(
                 for: request.url,
                 method: request.method,
-                uri: Self.requestURI(request.url),
-                clientNonce: Self.clientNonce(),
+                uri: { Self.requestURI(request.url) },
+                clientNonce: Self.clientNonce,
                 hash: Self.hexDigest
             )
         }
@@ -129,9 +129,10 @@ extension TransferSessionTask {
         return URLCredential(user: user, password: password, persistence: .none)
     }
 
+    /// 128 random bits as hex, from two reads of the system's generator.
     static func clientNonce() -> String {
         var generator = SystemRandomNumberGenerator()
-        return (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+        return String(format: "%016llx%016llx", generator.next() as UInt64, generator.next() as UInt64)
     }
 
     static func hexDigest(algorithm: String, text: String) -> String? {

@@ -57,15 +57,16 @@ public struct PreemptiveAuthorization: Sendable {
     }
 
     /// The `Authorization` value to send with a request for `url`, if an entry covers it (the
-    /// longest path prefix wins); Digest entries count up their nonce count.
+    /// longest path prefix wins); Digest entries count up their nonce count. `uri` and
+    /// `clientNonce` are asked for only when a Digest entry applies (this runs for every request).
     public mutating func authorization(
         for url: URL,
         method: String,
-        uri: String,
-        clientNonce: String,
+        uri: () -> String,
+        clientNonce: () -> String,
         hash: (String, String) -> String?
     ) -> String? {
-        guard let origin = Self.origin(url) else { return nil }
+        guard !self.entries.isEmpty, let origin = Self.origin(url) else { return nil }
         let path = url.path.isEmpty ? "/" : url.path
         guard let index = self.entries.indices
             .filter({ self.entries[$0].origin == origin && path.hasPrefix(self.entries[$0].pathPrefix) })
@@ -83,8 +84,8 @@ public struct PreemptiveAuthorization: Sendable {
                 user: entry.user,
                 password: entry.password,
                 method: method,
-                uri: uri,
-                clientNonce: clientNonce,
+                uri: uri(),
+                clientNonce: clientNonce(),
                 count: count,
                 hash: hash
             )
