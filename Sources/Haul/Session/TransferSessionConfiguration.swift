@@ -65,6 +65,18 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     public var isDiscretionary: Bool = false
     /// Kept for source compatibility; connectivity is not awaited.
     public var waitsForConnectivity: Bool = false
+    /// Kept for source compatibility: Linux has no service classes for sockets.
+    public var networkServiceType: URLRequest.NetworkServiceType = .default
+    /// Kept for source compatibility: Linux has no app-extension containers.
+    public var sharedContainerIdentifier: String?
+    /// Kept for source compatibility (URLSession ignores it too): requests are not pipelined.
+    public var httpShouldUsePipelining: Bool = false
+    /// Kept for source compatibility: Linux does not reclaim sockets of background processes.
+    public var shouldUseExtendedBackgroundIdleMode: Bool = false
+    /// Kept for source compatibility: Linux has no expensive or constrained network signal.
+    public var allowsExpensiveNetworkAccess: Bool = true
+    /// Kept for source compatibility: Linux has no expensive or constrained network signal.
+    public var allowsConstrainedNetworkAccess: Bool = true
 
     /// The identifier of a background session, `nil` for in-process sessions.
     public internal(set) var identifier: String?
@@ -149,6 +161,12 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         copy.allowsCellularAccess = self.allowsCellularAccess
         copy.isDiscretionary = self.isDiscretionary
         copy.waitsForConnectivity = self.waitsForConnectivity
+        copy.networkServiceType = self.networkServiceType
+        copy.sharedContainerIdentifier = self.sharedContainerIdentifier
+        copy.httpShouldUsePipelining = self.httpShouldUsePipelining
+        copy.shouldUseExtendedBackgroundIdleMode = self.shouldUseExtendedBackgroundIdleMode
+        copy.allowsExpensiveNetworkAccess = self.allowsExpensiveNetworkAccess
+        copy.allowsConstrainedNetworkAccess = self.allowsConstrainedNetworkAccess
         copy.identifier = self.identifier
         copy.sessionSendsLaunchEvents = self.sessionSendsLaunchEvents
         copy.launchCommand = self.launchCommand
