@@ -13,6 +13,8 @@ public enum ExitStatus: Int32, Error, Sendable {
     /// TLS failed: an untrusted certificate, a public key that matches no pin, a failed
     /// handshake.
     case tlsError = 5
+    /// Credentials were needed or refused (a proxy's 407, as wget's 6).
+    case authenticationFailure = 6
     /// The server answered, but with something wrong: an error status or bytes that cannot be
     /// trusted (lying Content-Range, length mismatch).
     case serverError = 8

@@ -122,7 +122,10 @@ package final class TransferEngine: Sendable {
             if let existing = clients[key] { return existing }
             var configuration = self.clientConfiguration
             if key.decodes { configuration.decompression = .enabled(limit: .none) }
-            if let proxy = key.proxy { configuration.proxy = .server(host: proxy.host, port: proxy.port) }
+            if let proxy = key.proxy {
+                let authorization = proxy.username.map { HTTPClient.Authorization.basic(username: $0, password: proxy.password ?? "") }
+                configuration.proxy = .server(host: proxy.host, port: proxy.port, authorization: authorization)
+            }
             let log = ConnectionEventLog()
             let client = HTTPClient(eventLoopGroup: self.eventLoop, configuration: configuration, backgroundActivityLogger: log.logger)
             clients[key] = (client, log)

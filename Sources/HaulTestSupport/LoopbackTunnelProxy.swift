@@ -1,3 +1,4 @@
+import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -16,8 +17,11 @@ public final class LoopbackTunnelProxy: Sendable {
         self.port = port
     }
 
-    /// Starts on 127.0.0.1 (any free port), tunnelling to `127.0.0.1:originPort`.
-    public static func start(originPort: Int) async throws -> LoopbackTunnelProxy {
+    /// Starts on 127.0.0.1 (any free port), tunnelling to `127.0.0.1:originPort`. With
+    /// `credentials` ("user:password"), a CONNECT without the matching
+    /// `Proxy-Authorization: Basic` gets 407.
+    public static func start(originPort: Int, credentials: String? = nil) async throws -> LoopbackTunnelProxy {
+        let expected = credentials.map { "Basic " + Data($0.utf8).base64EncodedString() }
         let box = Mutex<LoopbackTunnelProxy?>(nil)
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -28,7 +32,7 @@ public final class LoopbackTunnelProxy: Sendable {
                     try channel.pipeline.syncOperations.addHandler(encoder)
                     try channel.pipeline.syncOperations.addHandler(decoder)
                     try channel.pipeline.syncOperations.addHandler(
-                        ConnectHandler(originPort: originPort, decoder: decoder, encoder: encoder) { target in
+                        ConnectHandler(originPort: originPort, expectedAuthorization: expected, decoder: decoder, encoder: encoder) { target in
                             box.withLock { $0 }?.targets.withLock { $0.append(target) }
                         }
                     )
@@ -54,13 +58,21 @@ private final class ConnectHandler: ChannelInboundHandler, RemovableChannelHandl
     typealias OutboundOut = HTTPServerResponsePart
 
     private let originPort: Int
+    private let expectedAuthorization: String?
     private let decoder: ByteToMessageHandler<HTTPRequestDecoder>
     private let encoder: HTTPResponseEncoder
     private let record: @Sendable (String) -> Void
     private var target: String?
 
-    init(originPort: Int, decoder: ByteToMessageHandler<HTTPRequestDecoder>, encoder: HTTPResponseEncoder, record: @escaping @Sendable (String) -> Void) {
+    init(
+        originPort: Int,
+        expectedAuthorization: String?,
+        decoder: ByteToMessageHandler<HTTPRequestDecoder>,
+        encoder: HTTPResponseEncoder,
+        record: @escaping @Sendable (String) -> Void
+    ) {
         self.originPort = originPort
+        self.expectedAuthorization = expectedAuthorization
         self.decoder = decoder
         self.encoder = encoder
         self.record = record
@@ -75,6 +87,17 @@ private final class ConnectHandler: ChannelInboundHandler, RemovableChannelHandl
             let response = HTTPResponseHead(version: head.version, status: .methodNotAllowed, headers: ["Content-Length": "0", "Connection": "close"])
             context.write(self.wrapOutboundOut(.head(response)), promise: nil)
             context.writeAndFlush(self.wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
+            return
+        }
+        if let expected = self.expectedAuthorization, head.headers.first(name: "Proxy-Authorization") != expected {
+            let response = HTTPResponseHead(
+                version: head.version,
+                status: .proxyAuthenticationRequired,
+                headers: ["Proxy-Authenticate": "Basic realm=\"loopback\"", "Content-Length": "0", "Connection": "close"]
+            )
+            context.write(self.wrapOutboundOut(.head(response)), promise: nil)
+            context.writeAndFlush(self.wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
+            self.record("refused " + head.uri)
             return
         }
         self.target = head.uri

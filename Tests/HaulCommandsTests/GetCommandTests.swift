@@ -96,6 +96,31 @@ struct GetCommandTests {
         try await server.shutdown()
     }
 
+    @Test("Proxy credentials from http_proxy's user:password; a 407 without them is exit 6 with advice")
+    func proxyCredentials() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let proxy = try await LoopbackTunnelProxy.start(originPort: server.port, credentials: "ada:s:cret")
+        let directory = try makeTemporaryDirectory()
+        let url = "http://origin.haul.test/file/auth.bin?size=4000&seed=8"
+        let refused = try await HaulProcess.run(
+            ["get", "--retries", "0", url],
+            directory: directory,
+            environment: ["http_proxy": "http://127.0.0.1:\(proxy.port)", "no_proxy": ""]
+        )
+        #expect(refused.status == 6, "\(refused.standardError)")
+        #expect(refused.standardError.contains("proxy asks for credentials"))
+        let accepted = try await HaulProcess.run(
+            ["get", url],
+            directory: directory,
+            environment: ["http_proxy": "http://ada:s%3Acret@127.0.0.1:\(proxy.port)", "no_proxy": ""]
+        )
+        #expect(accepted.status == 0, "\(accepted.standardError)")
+        #expect(proxy.connectTargets == ["refused origin.haul.test:80", "origin.haul.test:80"])
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("auth.bin").path) == TestContent.sha256Hex(size: 4000, seed: 8))
+        try await proxy.shutdown()
+        try await server.shutdown()
+    }
+
     @Test("http_proxy from the environment is used, as curl and wget do")
     func environmentProxy() async throws {
         let server = try await FaultInjectingHTTPServer.start()

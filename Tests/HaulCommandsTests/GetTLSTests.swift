@@ -69,4 +69,26 @@ struct GetTLSTests {
         #expect(badCA.status == 2 && badCA.standardError.contains("--cacert"))
         try await server.shutdown()
     }
+
+    @Test("With -k through a proxy that wants credentials, the trust probe's tunnel carries them too")
+    func probeThroughAuthenticatedProxy() async throws {
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        let identity = try certificates.selfSigned(name: "proxied")
+        let server = try await FaultInjectingHTTPServer.start(tls: try TestCertificates.serverConfiguration(identity))
+        let proxy = try await LoopbackTunnelProxy.start(originPort: server.port, credentials: "u:p")
+        let directory = try makeTemporaryDirectory()
+        let result = try await HaulProcess.run(
+            ["get", "-k", "--retries", "0", "https://origin.haul.test/file/k.bin?size=5000&seed=3"],
+            directory: directory,
+            environment: ["https_proxy": "http://u:p@127.0.0.1:\(proxy.port)", "no_proxy": ""]
+        )
+        #expect(result.status == 0, "\(result.standardError)")
+        // The probe, the default-verification check that decides how to pin, the download: all
+        // three tunnels accepted (a refused one would read "refused origin.haul.test:443").
+        #expect(proxy.connectTargets == Array(repeating: "origin.haul.test:443", count: 3))
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("k.bin").path) == TestContent.sha256Hex(size: 5000, seed: 3))
+        try await proxy.shutdown()
+        try await server.shutdown()
+    }
 }

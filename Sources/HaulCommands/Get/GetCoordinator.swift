@@ -230,6 +230,8 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         case .serverCertificateUntrusted, .serverCertificateHasBadDate, .serverCertificateHasUnknownRoot,
             .serverCertificateNotYetValid, .secureConnectionFailed, .clientCertificateRejected, .clientCertificateRequired:
             return .tlsError
+        case .userAuthenticationRequired, .userCancelledAuthentication:
+            return .authenticationFailure
         case .cannotCreateFile, .cannotWriteToFile, .cannotOpenFile, .cannotMoveFile, .cannotRemoveFile, .fileDoesNotExist:
             return .fileError
         case .badServerResponse, .httpTooManyRedirects, .redirectToNonExistentLocation, .cannotParseResponse:

@@ -6,10 +6,15 @@ public struct ProxySettings: Sendable, Hashable {
     public struct Server: Sendable, Hashable {
         public var host: String
         public var port: Int
+        /// Credentials for the proxy (`Proxy-Authorization: Basic`), from `http://user:pass@host`.
+        public var username: String?
+        public var password: String?
 
-        public init(host: String, port: Int) {
+        public init(host: String, port: Int, username: String? = nil, password: String? = nil) {
             self.host = host
             self.port = port
+            self.username = username
+            self.password = password
         }
     }
 
@@ -84,10 +89,16 @@ public struct ProxySettings: Sendable, Hashable {
         return settings
     }
 
-    /// `host:port`, `http://host:port/`, `http://user@host` (credentials are not used).
+    /// `host:port`, `http://host:port/`, `http://user:password@host:port` (percent-encoded
+    /// credentials, as curl reads them).
     static func parseServer(_ text: String) -> Server? {
         let withScheme = text.contains("://") ? text : "http://" + text
         guard let components = URLComponents(string: withScheme), let host = components.host, !host.isEmpty else { return nil }
-        return Server(host: host, port: components.port ?? (components.scheme?.lowercased() == "https" ? 443 : 80))
+        return Server(
+            host: host,
+            port: components.port ?? (components.scheme?.lowercased() == "https" ? 443 : 80),
+            username: components.user,
+            password: components.password
+        )
     }
 }

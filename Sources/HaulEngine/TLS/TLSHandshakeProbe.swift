@@ -81,7 +81,11 @@ enum TLSHandshakeProbe {
                         if proxy != nil {
                             // TLS starts once the proxy has opened the tunnel.
                             try channel.pipeline.syncOperations.addHandler(
-                                ConnectTunnelHandler(target: "\(isAddress && host.contains(":") ? "[\(host)]" : host):\(port)", done: done) { pipeline in
+                                ConnectTunnelHandler(
+                                    target: "\(isAddress && host.contains(":") ? "[\(host)]" : host):\(port)",
+                                    authorization: proxy?.username.map { HTTPAuthorization.basic(user: $0, password: proxy?.password ?? "") },
+                                    done: done
+                                ) { pipeline in
                                     try pipeline.addHandler(makeTLS(), position: .first)
                                 }
                             )
@@ -115,18 +119,22 @@ private final class ConnectTunnelHandler: ChannelDuplexHandler, RemovableChannel
     }
 
     private let target: String
+    /// `Proxy-Authorization` to send, for a proxy that asks for credentials.
+    private let authorization: String?
     private let done: EventLoopPromise<Void>
     private let installTLS: (ChannelPipeline.SynchronousOperations) throws -> Void
     private var response = ByteBuffer()
 
-    init(target: String, done: EventLoopPromise<Void>, installTLS: @escaping (ChannelPipeline.SynchronousOperations) throws -> Void) {
+    init(target: String, authorization: String?, done: EventLoopPromise<Void>, installTLS: @escaping (ChannelPipeline.SynchronousOperations) throws -> Void) {
         self.target = target
+        self.authorization = authorization
         self.done = done
         self.installTLS = installTLS
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        let request = "CONNECT \(self.target) HTTP/1.1\r\nHost: \(self.target)\r\n\r\n"
+        let credentials = self.authorization.map { "Proxy-Authorization: \($0)\r\n" } ?? ""
+        let request = "CONNECT \(self.target) HTTP/1.1\r\nHost: \(self.target)\r\n\(credentials)\r\n"
         context.writeAndFlush(self.wrapOutboundOut(ByteBuffer(string: request)), promise: nil)
         context.fireChannelActive()
     }

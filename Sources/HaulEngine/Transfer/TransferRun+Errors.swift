@@ -40,6 +40,8 @@ extension TransferRun {
             case .invalidURL, .emptyHost, .emptyScheme: return make(.badURL, "invalid URL \(url.absoluteString)")
             case _ where String(describing: clientError).contains("unsupportedScheme"): return make(.unsupportedURL, "unsupported URL \(url.absoluteString)")
             case .bodyLengthMismatch: return make(.networkConnectionLost, "the body length did not match")
+            case .proxyAuthenticationRequired:
+                return make(.userAuthenticationRequired, "the proxy asks for credentials (give them as http://user:password@proxy:port)")
             default: return make(.badServerResponse, "\(clientError)")
             }
         }
