@@ -21,6 +21,8 @@ struct ProxyTests {
         #expect(environment.proxy(for: URL(string: "http://10.0.0.1/")!) == nil)
         #expect(ProxySettings.fromEnvironment(["HTTP_PROXY": "ignored:1"]).http == nil, "upper-case HTTP_PROXY is not trusted, as in curl")
         #expect(ProxySettings.fromEnvironment(["http_proxy": "p:1", "no_proxy": "*"]).proxy(for: URL(string: "http://a/")!) == nil)
+        let credentialed = ProxySettings.fromEnvironment(["https_proxy": "http://ada:p%40ss%3Aword@proxy.local:3128"])
+        #expect(credentialed.https == .init(host: "proxy.local", port: 3128, username: "ada", password: "p@ss:word"))
 
         let dictionary = ProxySettings.fromDictionary(["HTTPEnable": 1, "HTTPProxy": "p", "HTTPPort": 81, "HTTPSEnable": false, "HTTPSProxy": "q"])
         #expect(dictionary.http == .init(host: "p", port: 81) && dictionary.https == nil)
