@@ -23,6 +23,13 @@ final class StubProtocol: TransferURLProtocol, @unchecked Sendable {
     override func startLoading() {
         Self.started.withLock { $0 += 1 }
         let url = self.request.url!
+        if url.path.hasPrefix("/moved") {
+            // /moved?to=URL redirects there (a stub, or the network).
+            let target = URLComponents(url: url, resolvingAgainstBaseURL: false)?.queryItems?.first { $0.name == "to" }?.value
+            let redirect = HTTPURLResponse(url: url, statusCode: 302, httpVersion: "HTTP/1.1", headerFields: ["Location": target ?? ""])!
+            self.client?.urlProtocol(self, wasRedirectedTo: URLRequest(url: URL(string: target ?? "stub://nowhere")!), redirectResponse: redirect)
+            return
+        }
         if url.path == "/fail" {
             self.client?.urlProtocol(self, didFailWithError: URLError(.notConnectedToInternet))
             return
@@ -96,5 +103,41 @@ struct ProtocolClassTests {
         #expect((task.error as? URLError)?.code == .cancelled)
         #expect(StubProtocol.stopped.withLock { $0 } == 1, "stopLoading was called once")
         session.finishTasksAndInvalidate()
+    }
+
+    @Test("A protocol's redirect goes through willPerformHTTPRedirection to another stub or to the network; network redirects reach protocols too")
+    func redirects() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let delegate = RecordingDelegate(keepDirectory: try makeTemporaryDirectory())
+        let configuration = TransferSessionConfiguration.ephemeral
+        configuration.protocolClasses = [StubProtocol.self]
+        let session = TransferSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+        defer { session.finishTasksAndInvalidate() }
+
+        let toStub = session.dataTask(with: URL(string: "stub://a/moved?to=stub://b/final")!)
+        toStub.resume()
+        #expect(await delegate.completion(of: toStub) == nil)
+        #expect(toStub.currentRequest?.url?.absoluteString == "stub://b/final")
+        #expect((toStub.response as? HTTPURLResponse)?.statusCode == 201)
+
+        let network = server.url("/file/from-stub?size=100&seed=2").absoluteString
+        let toNetwork = session.dataTask(with: URL(string: "stub://a/moved?to=\(network.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)")!)
+        toNetwork.resume()
+        #expect(await delegate.completion(of: toNetwork) == nil)
+        #expect((toNetwork.response as? HTTPURLResponse)?.statusCode == 200)
+        #expect(server.requests.last?.uri == "/file/from-stub?size=100&seed=2")
+
+        // A network 302 to a host only the stub knows: the stub answers the redirected request.
+        let toAPI = session.dataTask(with: server.url("/redirect/1?to=\("http://api.stub.test/x".addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)"))
+        toAPI.resume()
+        #expect(await delegate.completion(of: toAPI) == nil)
+        #expect((toAPI.response as? HTTPURLResponse)?.statusCode == 201)
+        #expect(toAPI.currentRequest?.url?.host == "api.stub.test")
+        let redirects = delegate.events.compactMap { event -> String? in
+            if case .redirect(let status, let target) = event { return "\(status) \(target)" }
+            return nil
+        }
+        #expect(redirects == ["302 /final", "302 /file/from-stub", "302 /x"], "the recorder keeps the target path")
+        try await server.shutdown()
     }
 }

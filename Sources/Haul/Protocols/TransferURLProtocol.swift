@@ -55,6 +55,10 @@ open class TransferURLProtocol: @unchecked Sendable {
 /// What a ``TransferURLProtocol`` reports to, as `URLProtocolClient`.
 public protocol TransferURLProtocolClient: AnyObject, Sendable {
     func urlProtocol(_ protocol: TransferURLProtocol, didReceive response: URLResponse, cacheStoragePolicy policy: URLCache.StoragePolicy)
+    /// The protocol redirects to `request` (instead of a response): the task's delegate is
+    /// asked (`willPerformHTTPRedirection`), then the request goes to the protocol class that
+    /// claims it, or to the network. Report it before any response; nothing after it counts.
+    func urlProtocol(_ protocol: TransferURLProtocol, wasRedirectedTo request: URLRequest, redirectResponse: URLResponse)
     func urlProtocol(_ protocol: TransferURLProtocol, didLoad data: Data)
     func urlProtocolDidFinishLoading(_ protocol: TransferURLProtocol)
     func urlProtocol(_ protocol: TransferURLProtocol, didFailWithError error: any Error)
@@ -100,6 +104,22 @@ private final class ProtocolLoader: TransferLoader, TransferURLProtocolClient, @
 
     func urlProtocol(_ protocol: TransferURLProtocol, didReceive response: URLResponse, cacheStoragePolicy policy: URLCache.StoragePolicy) {
         self.sink.withLock { $0 }?.send(.response(Self.responseInfo(response, request: self.request)))
+    }
+
+    func urlProtocol(_ protocol: TransferURLProtocol, wasRedirectedTo request: URLRequest, redirectResponse: URLResponse) {
+        guard let url = request.url else {
+            self.urlProtocol(`protocol`, didFailWithError: URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: "a protocol redirected to a request without a URL"]))
+            return
+        }
+        var headers = HTTPHeaderFields()
+        for (name, value) in (request.allHTTPHeaderFields ?? [:]).sorted(by: { $0.key < $1.key }) { headers.add(name: name, value: value) }
+        let next = TransferRequest(
+            url: url,
+            method: request.httpMethod ?? "GET",
+            headers: headers,
+            body: request.httpBody.map { .data($0) } ?? .none
+        )
+        self.sink.withLock { $0 }?.send(.redirect(Self.responseInfo(redirectResponse, request: self.request), next))
     }
 
     func urlProtocol(_ protocol: TransferURLProtocol, didLoad data: Data) {

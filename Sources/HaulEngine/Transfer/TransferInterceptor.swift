@@ -25,6 +25,9 @@ package protocol TransferLoader: Sendable {
 package final class TransferLoaderSink: Sendable {
     package enum Event: Sendable {
         case response(ResponseInfo)
+        /// The loader redirects: the run asks the observer, then sends `request` (to another
+        /// loader, or to the network).
+        case redirect(ResponseInfo, TransferRequest)
         case data(Data)
         case finished
         case failed(URLError)
@@ -40,7 +43,7 @@ package final class TransferLoaderSink: Sendable {
     package func send(_ event: Event) {
         let isLast: Bool
         switch event {
-        case .finished, .failed: isLast = true
+        case .finished, .failed, .redirect: isLast = true
         default: isLast = false
         }
         let alreadyEnded = self.ended.withLock { ended -> Bool in
@@ -54,9 +57,16 @@ package final class TransferLoaderSink: Sendable {
 }
 
 extension TransferRun {
+    /// How an intercepted exchange ended.
+    enum InterceptedResult {
+        case ended(TransferOutcome)
+        /// The loader redirected (before any response) to `request`.
+        case redirected(ResponseInfo, TransferRequest)
+    }
+
     /// Runs an intercepted exchange: its response and data go through the same observer calls
     /// (and into the same partial file) as a network response's would.
-    func runIntercepted(_ loader: any TransferLoader, request: TransferRequest) async -> TransferOutcome {
+    func runIntercepted(_ loader: any TransferLoader, request: TransferRequest) async -> InterceptedResult {
         let (events, continuation) = AsyncStream<TransferLoaderSink.Event>.makeStream()
         let sink = TransferLoaderSink(continuation)
         self.state.withLock { $0.interceptedLoader = loader }
@@ -68,7 +78,7 @@ extension TransferRun {
         for await event in events {
             if let stopped = self.stoppedOutcome() {
                 loader.stop()
-                return stopped
+                return .ended(stopped)
             }
             switch event {
             case .response(let head):
@@ -83,18 +93,18 @@ extension TransferRun {
                         try file?.truncate(to: 0)
                     } catch {
                         loader.stop()
-                        return self.failure(error)
+                        return .ended(self.failure(error))
                     }
                 }
             case .data(let data):
                 guard response != nil else {
                     loader.stop()
-                    return self.failure(URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "a protocol handler sent data before a response"]))
+                    return .ended(self.failure(URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "a protocol handler sent data before a response"])))
                 }
                 if let file {
                     do { try file.write(ByteBuffer(bytes: data), at: written) } catch {
                         loader.stop()
-                        return self.failure(error)
+                        return .ended(self.failure(error))
                     }
                     written += Int64(data.count)
                     self.observer.transferRun(self, didWrite: data.count, totalOnDisk: written, expectedTotal: nil)
@@ -104,13 +114,18 @@ extension TransferRun {
                 }
             case .finished:
                 guard let response else {
-                    return self.failure(URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "a protocol handler finished without a response"]))
+                    return .ended(self.failure(URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "a protocol handler finished without a response"])))
                 }
-                return .completed(response: response, bytesOnDisk: file == nil ? 0 : written)
+                return .ended(.completed(response: response, bytesOnDisk: file == nil ? 0 : written))
             case .failed(let error):
-                return self.failure(error)
+                return .ended(self.failure(error))
+            case .redirect(let head, let next):
+                guard response == nil else {
+                    return .ended(self.failure(URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "a protocol handler redirected after its response"])))
+                }
+                return .redirected(head, next)
             }
         }
-        return self.stoppedOutcome() ?? self.failure(URLError(.cancelled))
+        return .ended(self.stoppedOutcome() ?? self.failure(URLError(.cancelled)))
     }
 }

@@ -129,23 +129,39 @@ package final class TransferRun: Sendable {
         var visited = [request.url]
         var challenges = 0
         defer { self.state.withLock { $0.file?.close(); $0.file = nil } }
-        for interceptor in self.engine.interceptors {
-            if let loader = interceptor.loader(for: request) {
+        var consultedCache = false
+        while true {
+            if let stopped = self.stoppedOutcome() { return stopped }
+            // Custom protocol handlers are asked for every request, redirected ones included.
+            if let loader = self.engine.interceptors.lazy.compactMap({ $0.loader(for: request) }).first {
                 let start = Date()
-                let outcome = await self.runIntercepted(loader, request: request)
+                switch await self.runIntercepted(loader, request: request) {
+                case .ended(let outcome):
+                    self.recordLocalOutcome(outcome, request: request, start: start)
+                    return outcome
+                case .redirected(let response, let proposed):
+                    self.recordLocalTransaction(request, response: response, bodyBytes: 0, fetchType: .local, start: start)
+                    guard visited.count <= self.engine.configuration.maximumRedirects else {
+                        return self.failure(Self.urlError(for: RedirectPolicy.Refusal.tooManyRedirects(self.engine.configuration.maximumRedirects), url: request.url))
+                    }
+                    guard let accepted = await self.observer.transferRun(self, willRedirect: response, to: proposed) else {
+                        return self.completeWithRefusedRedirect(response, body: ByteBuffer())
+                    }
+                    request = accepted
+                    visited.append(accepted.url)
+                    continue
+                }
+            }
+            if let scheme = request.url.scheme?.lowercased(), scheme == "file" || scheme == "data" {
+                let start = Date()
+                let outcome = self.loadLocally(request.url)
                 self.recordLocalOutcome(outcome, request: request, start: start)
                 return outcome
             }
-        }
-        if let scheme = request.url.scheme?.lowercased(), scheme == "file" || scheme == "data" {
-            let start = Date()
-            let outcome = self.loadLocally(request.url)
-            self.recordLocalOutcome(outcome, request: request, start: start)
-            return outcome
-        }
-        if let answered = self.consultCache(&request) { return answered }
-        while true {
-            if let stopped = self.stoppedOutcome() { return stopped }
+            if !consultedCache {
+                consultedCache = true
+                if let answered = self.consultCache(&request) { return answered }
+            }
             let host = Self.hostKey(request.url)
             do {
                 try await self.engine.limiter.acquire(host: host)
