@@ -23,14 +23,18 @@ package final class ConnectionEventLog: Sendable {
 
     /// The logger to give the client as its background-activity logger.
     package var logger: Logger {
-        Logger(label: "haul.connections") { _ in ConnectionLogHandler(log: self) }
+        Logger(label: "haul.connections") { _ in
+            ConnectionIDLogHandler(sink: { message, id in
+                if let id { self.record(message, connection: id, at: Date()) }
+            }, logLevel: .trace)
+        }
     }
 
     package func times(ofConnection id: String) -> Times? {
         self.state.withLock { $0.connections[id] }
     }
 
-    fileprivate func record(_ message: String, connection id: String, at date: Date) {
+    private func record(_ message: String, connection id: String, at date: Date) {
         self.state.withLock { state in
             switch message {
             case "Opening fresh connection":
@@ -48,11 +52,12 @@ package final class ConnectionEventLog: Sendable {
     }
 }
 
-private struct ConnectionLogHandler: LogHandler {
-    let log: ConnectionEventLog
+/// Hands AsyncHTTPClient's log messages, with the connection id they concern, to `sink`.
+private struct ConnectionIDLogHandler: LogHandler {
+    let sink: @Sendable (_ message: String, _ connectionID: String?) -> Void
     var metadata: Logger.Metadata = [:]
     var metadataProvider: Logger.MetadataProvider?
-    var logLevel: Logger.Level = .trace
+    var logLevel: Logger.Level
 
     subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { self.metadata[key] }
@@ -60,8 +65,8 @@ private struct ConnectionLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
-        guard let id = event.metadata?["ahc-connection-id"] ?? self.metadata["ahc-connection-id"] else { return }
-        self.log.record(event.message.description, connection: "\(id)", at: Date())
+        let id = event.metadata?["ahc-connection-id"] ?? self.metadata["ahc-connection-id"]
+        self.sink(event.message.description, id.map { "\($0)" })
     }
 }
 
@@ -72,33 +77,17 @@ package final class ExchangeLogProbe: Sendable {
     package init() {}
 
     package var logger: Logger {
-        var logger = Logger(label: "haul.exchange") { _ in ExchangeLogHandler(probe: self) }
-        logger.logLevel = .debug
-        return logger
+        Logger(label: "haul.exchange") { _ in
+            ConnectionIDLogHandler(sink: { message, id in
+                if message == "Request was scheduled on connection" { self.scheduled(on: id, at: Date()) }
+            }, logLevel: .debug)
+        }
     }
 
     package var scheduled: Date? { self.state.withLock { $0.scheduled } }
     package var connection: String? { self.state.withLock { $0.connection } }
 
-    fileprivate func scheduled(on connection: String?, at date: Date) {
+    private func scheduled(on connection: String?, at date: Date) {
         self.state.withLock { $0 = (date, connection) }
-    }
-}
-
-private struct ExchangeLogHandler: LogHandler {
-    let probe: ExchangeLogProbe
-    var metadata: Logger.Metadata = [:]
-    var metadataProvider: Logger.MetadataProvider?
-    var logLevel: Logger.Level = .debug
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { self.metadata[key] }
-        set { self.metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        guard event.message.description == "Request was scheduled on connection" else { return }
-        let id = event.metadata?["ahc-connection-id"] ?? self.metadata["ahc-connection-id"]
-        self.probe.scheduled(on: id.map { "\($0)" }, at: Date())
     }
 }
