@@ -12,13 +12,15 @@ struct EphemeralSessionTests {
         return enumerator.compactMap { $0 as? String }.sorted()
     }
 
-    @Test("An ephemeral session leaves nothing on disk: no download files, cookies or credentials")
+    @Test("An ephemeral session leaves nothing on disk: no download files, cookies, credentials or cache entries")
     func leavesNothing() async throws {
         let server = try await FaultInjectingHTTPServer.start()
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("ephemeral-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
         let sharedCookies = TransferCookieStorage.shared.fileURL!
         let cookiesBefore = (try? FileManager.default.attributesOfItem(atPath: sharedCookies.path))?[.modificationDate] as? Date
+        let sharedCache = try #require(TransferURLCache.shared.directory)
+        let cacheBefore = Self.files(under: sharedCache)
 
         let configuration = TransferSessionConfiguration.ephemeral
         configuration.temporaryDirectory = scratch
@@ -26,6 +28,10 @@ struct EphemeralSessionTests {
         let session = TransferSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
         _ = try await session.data(from: server.url("/setcookie?c=eph%3D1%3B%20Max-Age%3D3600"))
         _ = try await session.data(from: server.url("/auth/basic?user=e&pass=p"))
+        _ = try await session.data(from: server.url("/cache/eph?cc=max-age%3D600"))
+        _ = try await session.data(from: server.url("/cache/eph?cc=max-age%3D600"))
+        #expect(server.requestCount(forKey: "cache-eph") == 1, "the second answer came from the session's cache")
+        #expect(configuration.urlCache?.directory == nil && (configuration.urlCache?.currentMemoryUsage ?? 0) > 0)
         var request = URLRequest(url: server.url("/echo"))
         request.httpMethod = "POST"
         _ = try await session.upload(for: request, from: Data(repeating: 7, count: 100_000))
@@ -40,6 +46,7 @@ struct EphemeralSessionTests {
         #expect(await waitUntil { Self.files(under: scratch).isEmpty }, "nothing left: \(Self.files(under: scratch))")
         let cookiesAfter = (try? FileManager.default.attributesOfItem(atPath: sharedCookies.path))?[.modificationDate] as? Date
         #expect(cookiesAfter == cookiesBefore, "the shared cookie file was not touched")
+        #expect(Self.files(under: sharedCache) == cacheBefore, "the shared cache directory was not touched")
         #expect(configuration.httpCookieStorage?.fileURL == nil, "the cookies lived in memory")
         #expect(configuration.httpCookieStorage?.cookies?.map(\.name) == ["eph"])
         try await server.shutdown()
