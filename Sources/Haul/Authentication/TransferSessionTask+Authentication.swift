@@ -85,21 +85,12 @@ extension TransferSessionTask {
     }
 
     private func askDelegate(_ challenge: URLAuthenticationChallenge) async -> (URLSession.AuthChallengeDisposition, URLCredential?) {
-        let session = self.session
         let question = UncheckedSendable(challenge)
-        let answer: UncheckedSendable<(URLSession.AuthChallengeDisposition, URLCredential?)> = await withCheckedContinuation { continuation in
-            session.enqueueDelegateCall { delegate in
-                guard let taskDelegate = delegate as? any TransferSessionTaskDelegate else {
-                    continuation.resume(returning: UncheckedSendable((.performDefaultHandling, nil)))
-                    return
-                }
-                let once = OnceFlag()
-                taskDelegate.urlSession(session, task: self, didReceive: question.value) { disposition, credential in
-                    if once.claim() { continuation.resume(returning: UncheckedSendable((disposition, credential))) }
-                }
-            }
+        return await self.session.askDelegate(fallback: (URLSession.AuthChallengeDisposition.performDefaultHandling, URLCredential?.none)) { delegate, answer in
+            guard let taskDelegate = delegate as? any TransferSessionTaskDelegate else { return false }
+            taskDelegate.urlSession(self.session, task: self, didReceive: question.value) { answer(($0, $1)) }
+            return true
         }
-        return answer.value
     }
 
     /// The request-target of `url` as Digest signs it: percent-encoded path and query.

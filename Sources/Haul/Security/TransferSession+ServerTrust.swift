@@ -29,27 +29,19 @@ final class ServerTrustAsker: Sendable {
             defaultEvaluation: question.evaluateByDefault
         )
         let failingURL = URL(string: "https://\(question.host):\(question.port)/")
-        let answer: UncheckedSendable<(URLSession.AuthChallengeDisposition, URLCredential?)> = await withCheckedContinuation { continuation in
-            session.enqueueDelegateCall { delegate in
-                guard let delegate else {
-                    continuation.resume(returning: UncheckedSendable((.performDefaultHandling, nil)))
-                    return
-                }
-                let challenge = URLAuthenticationChallenge(
-                    protectionSpace: ServerTrustProtectionSpace(trust: trust),
-                    proposedCredential: nil,
-                    previousFailureCount: 0,
-                    failureResponse: nil,
-                    error: nil,
-                    sender: ChallengeSender()
-                )
-                let once = OnceFlag()
-                delegate.urlSession(session, didReceive: challenge) { disposition, credential in
-                    if once.claim() { continuation.resume(returning: UncheckedSendable((disposition, credential))) }
-                }
-            }
+        let disposition = await session.askDelegate(fallback: URLSession.AuthChallengeDisposition.performDefaultHandling) { delegate, answer in
+            let challenge = URLAuthenticationChallenge(
+                protectionSpace: ServerTrustProtectionSpace(trust: trust),
+                proposedCredential: nil,
+                previousFailureCount: 0,
+                failureResponse: nil,
+                error: nil,
+                sender: ChallengeSender()
+            )
+            delegate.urlSession(session, didReceive: challenge) { disposition, _ in answer(disposition) }
+            return true
         }
-        switch answer.value.0 {
+        switch disposition {
         case .useCredential:
             return .trustPresentedChain
         case .cancelAuthenticationChallenge:

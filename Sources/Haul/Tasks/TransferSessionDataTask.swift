@@ -97,17 +97,10 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
         guard self.hasDelegateCallbacks, let request = self.currentRequest ?? self.originalRequest else { return response }
         let session = self.session
         let proposed = TransferURLCache.cachedURLResponse(response)
-        let answer: UncheckedSendable<CachedURLResponse?> = await withCheckedContinuation { continuation in
-            session.enqueueDelegateCall { delegate in
-                guard let dataDelegate = delegate as? any TransferSessionDataDelegate else {
-                    continuation.resume(returning: UncheckedSendable(proposed.value))
-                    return
-                }
-                let once = OnceFlag()
-                dataDelegate.urlSession(session, dataTask: self, willCacheResponse: proposed.value) { chosen in
-                    if once.claim() { continuation.resume(returning: UncheckedSendable(chosen)) }
-                }
-            }
+        let chosen = await self.session.askDelegate(fallback: Optional(proposed.value)) { delegate, answer in
+            guard let dataDelegate = delegate as? any TransferSessionDataDelegate else { return false }
+            dataDelegate.urlSession(self.session, dataTask: self, willCacheResponse: proposed.value, completionHandler: answer)
+            return true
         }
         guard let chosen = answer.value else { return nil }
         if chosen === proposed.value { return response }

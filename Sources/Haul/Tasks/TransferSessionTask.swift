@@ -345,20 +345,12 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
 
     /// Asks the delegate for a new body stream (streamed uploads); waits for its answer.
     func askForNewBodyStream() async -> BodyStreamSource.Stream? {
-        let session = self.session
-        let answer: UncheckedSendable<InputStream?> = await withCheckedContinuation { continuation in
-            session.enqueueDelegateCall { delegate in
-                guard let taskDelegate = delegate as? any TransferSessionTaskDelegate else {
-                    continuation.resume(returning: UncheckedSendable(nil))
-                    return
-                }
-                let once = OnceFlag()
-                taskDelegate.urlSession(session, task: self, needNewBodyStream: { stream in
-                    if once.claim() { continuation.resume(returning: UncheckedSendable(stream)) }
-                })
-            }
+        let stream = await self.session.askDelegate(fallback: InputStream?.none) { delegate, answer in
+            guard let taskDelegate = delegate as? any TransferSessionTaskDelegate else { return false }
+            taskDelegate.urlSession(self.session, task: self, needNewBodyStream: answer)
+            return true
         }
-        return answer.value.map { BodyStreamSource.Stream($0) }
+        return stream.map { BodyStreamSource.Stream($0) }
     }
 
     /// The task's metrics as it completes now; `nil` for background tasks (measured in hauld).
@@ -461,25 +453,12 @@ extension TransferSessionTask: TransferRunObserver {
     package func transferRun(_ run: TransferRun, willRedirect response: ResponseInfo, to request: TransferRequest) async
         -> TransferRequest?
     {
-        let session = self.session
         let httpResponse = UncheckedSendable(response.httpURLResponse)
-        let proposed = UncheckedSendable(request.urlRequest)
-        let decided: URLRequest? = await withCheckedContinuation { continuation in
-            session.enqueueDelegateCall { delegate in
-                guard let taskDelegate = delegate as? any TransferSessionTaskDelegate else {
-                    continuation.resume(returning: proposed.value)
-                    return
-                }
-                let once = OnceFlag()
-                taskDelegate.urlSession(
-                    session,
-                    task: self,
-                    willPerformHTTPRedirection: httpResponse.value,
-                    newRequest: proposed.value
-                ) { chosen in
-                    if once.claim() { continuation.resume(returning: chosen) }
-                }
-            }
+        let proposed = request.urlRequest
+        let decided = await self.session.askDelegate(fallback: Optional(proposed)) { delegate, answer in
+            guard let taskDelegate = delegate as? any TransferSessionTaskDelegate else { return false }
+            taskDelegate.urlSession(self.session, task: self, willPerformHTTPRedirection: httpResponse.value, newRequest: proposed, completionHandler: answer)
+            return true
         }
         guard let decided, let url = decided.url else { return nil }
         var next = request
