@@ -78,7 +78,12 @@ struct BecomeDownloadTests {
         let server = try await FaultInjectingHTTPServer.start()
         let delegate = ConvertingDelegate()
         delegate.onBecome = { $0.cancel() }
-        let session = TransferSession(configuration: .ephemeral, delegate: delegate, delegateQueue: nil)
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("become-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let configuration = TransferSessionConfiguration.default
+        configuration.urlCache = nil
+        configuration.temporaryDirectory = scratch
+        let session = TransferSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
         defer { session.finishTasksAndInvalidate() }
         session.dataTask(with: server.url("/file/stall?size=3000000&stallAfter=100000")).resume()
         let error = await delegate.completion() as? URLError
@@ -86,6 +91,8 @@ struct BecomeDownloadTests {
         let id = try #require(delegate.download?.taskIdentifier)
         #expect(delegate.events.last == "complete \(id) \(URLError.Code.cancelled.rawValue)")
         #expect(delegate.events.filter { $0.hasPrefix("complete") }.count == 1)
+        let left = (try? FileManager.default.contentsOfDirectory(atPath: scratch.path)) ?? []
+        #expect(left.isEmpty, "the cancelled download's bytes are not left behind: \(left)")
         try await server.shutdown()
     }
 }

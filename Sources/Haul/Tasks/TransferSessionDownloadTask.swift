@@ -152,8 +152,9 @@ public final class TransferSessionDownloadTask: TransferSessionTask, @unchecked 
             _ = inner.lifecycle.transferFinished()
         }
         if let error {
-            let code = (error as? URLError)?.code
-            if code != .cancelled { self.discardPartialFile() }
+            // No resume data for a converted download (its transfer was a data task's): the
+            // bytes so far are of no further use.
+            self.discardPartialFile()
             self.finish(error: error)
         } else {
             let response = ResponseInfo(url: self.currentRequest?.url ?? URL(fileURLWithPath: "/"), statusCode: 200, headers: HTTPHeaderFields(), httpVersion: "HTTP/1.1")
