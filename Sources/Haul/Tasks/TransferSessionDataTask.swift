@@ -4,7 +4,6 @@ import FoundationNetworking
 #endif
 import HaulCore
 import HaulEngine
-import NIOCore
 
 /// A task that delivers a response body in memory, as `URLSessionDataTask`.
 ///
@@ -95,14 +94,13 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
 
     override func willStore(_ response: StoredResponse) async -> StoredResponse? {
         guard self.hasDelegateCallbacks, let request = self.currentRequest ?? self.originalRequest else { return response }
-        let session = self.session
         let proposed = TransferURLCache.cachedURLResponse(response)
         let chosen = await self.session.askDelegate(fallback: Optional(proposed.value)) { delegate, answer in
             guard let dataDelegate = delegate as? any TransferSessionDataDelegate else { return false }
             dataDelegate.urlSession(self.session, dataTask: self, willCacheResponse: proposed.value, completionHandler: answer)
             return true
         }
-        guard let chosen = answer.value else { return nil }
+        guard let chosen else { return nil }
         if chosen === proposed.value { return response }
         return TransferURLCache.storedResponse(chosen, request: request).map {
             var stored = $0
@@ -200,7 +198,7 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
     /// the caller cancels the transfer once it holds no lock).
     private func write(_ data: Data, to file: PartialFile, at offset: Int64, for download: TransferSessionDownloadTask) -> Bool {
         do {
-            try file.write(ByteBuffer(bytes: data), at: offset)
+            try file.write(data, at: offset)
         } catch {
             download.inner.withLock { $0.creationError = error }
             return false

@@ -45,25 +45,32 @@ package struct PartialFile: Sendable {
 
     /// Writes all readable bytes of `buffer` at `offset`.
     package func write(_ buffer: ByteBuffer, at offset: Int64) throws(URLError) {
-        let failure: Int32? = buffer.withUnsafeReadableBytes { bytes -> Int32? in
-            var written = 0
-            while written < bytes.count {
-                let result = pwrite(
-                    self.descriptor,
-                    bytes.baseAddress! + written,
-                    bytes.count - written,
-                    off_t(offset) + off_t(written)
-                )
-                if result < 0 {
-                    if errno == EINTR { continue }
-                    return errno
-                }
-                written += result
+        try buffer.withUnsafeReadableBytes { bytes throws(URLError) in try self.write(bytes, at: offset) }
+    }
+
+    /// Writes `data` at `offset` (no copy into a ByteBuffer first).
+    package func write(_ data: Data, at offset: Int64) throws(URLError) {
+        // Data.withUnsafeBytes rethrows untyped: carry the error out as a value.
+        let failure: URLError? = data.withUnsafeBytes { bytes in
+            do throws(URLError) {
+                try self.write(bytes, at: offset)
+                return nil
+            } catch {
+                return error
             }
-            return nil
         }
-        if let failure {
-            throw URLError.fileSystem(.cannotWriteToFile, "cannot write to \(self.path)", errno: failure)
+        if let failure { throw failure }
+    }
+
+    private func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(URLError) {
+        var written = 0
+        while written < bytes.count {
+            let result = pwrite(self.descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw URLError.fileSystem(.cannotWriteToFile, "cannot write to \(self.path)", errno: errno)
+            }
+            written += result
         }
     }
 
