@@ -63,10 +63,7 @@ extension TransferRun {
     /// Hands a stored response to the observer as if it had just arrived.
     func deliverStored(_ stored: StoredResponse) -> TransferOutcome {
         let response = ResponseInfo(url: stored.url, statusCode: stored.statusCode, headers: stored.headers, httpVersion: "HTTP/1.1")
-        self.state.withLock {
-            $0.lastResponse = response
-            $0.answeredFromCache = true
-        }
+        self.state.withLock { $0.lastResponse = response }
         self.observer.transferRun(self, didReceive: response, resumedAtOffset: nil, expectedTotal: Int64(stored.body.count))
         if !stored.body.isEmpty { self.observer.transferRun(self, didReceive: ByteBuffer(bytes: stored.body)) }
         return .completed(response: response, bytesOnDisk: 0)

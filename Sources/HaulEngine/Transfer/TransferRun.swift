@@ -48,8 +48,6 @@ package final class TransferRun: Sendable {
         var revalidating: StoredResponse?
         /// The response collected for the cache, stored once the observer agrees.
         var cacheCandidate: StoredResponse?
-        /// The final response came from the cache (no network).
-        var answeredFromCache = false
         /// One record per exchange so far (and per answer from the cache).
         var transactions: [TransactionRecord] = []
     }
