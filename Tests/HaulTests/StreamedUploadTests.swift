@@ -50,6 +50,27 @@ final class StreamingDelegate: TransferSessionDataDelegate, @unchecked Sendable 
     }
 }
 
+/// Gives 1000 bytes, then fails as a broken pipe or device would.
+final class FailingInputStream: InputStream, @unchecked Sendable {
+    private var served = false
+
+    init() {
+        super.init(data: Data())
+    }
+
+    override func open() {}
+    override func close() {}
+    override var hasBytesAvailable: Bool { true }
+    override var streamError: (any Error)? { self.served ? POSIXError(.EIO) : nil }
+
+    override func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength len: Int) -> Int {
+        if self.served { return -1 }
+        self.served = true
+        buffer.initialize(repeating: 7, count: min(1000, len))
+        return min(1000, len)
+    }
+}
+
 @Suite("Streamed uploads: uploadTask(withStreamedRequest:) and needNewBodyStream")
 struct StreamedUploadTests {
     static let body = Data((0..<700_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
@@ -137,6 +158,22 @@ struct StreamedUploadTests {
         let error = await stingy.completion() as? URLError
         #expect(error?.code == .requestBodyStreamExhausted)
         stingySession.finishTasksAndInvalidate()
+        try await server.shutdown()
+    }
+
+    @Test("A body stream that fails mid-way fails the upload with its error, never a silently truncated body")
+    func failingStream() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let delegate = StreamingDelegate(body: Data(), streamsToGive: 0)
+        let session = self.session(delegate)
+        defer { session.finishTasksAndInvalidate() }
+        var request = URLRequest(url: server.url("/echo"))
+        request.httpBodyStream = FailingInputStream()
+        session.uploadTask(withStreamedRequest: request).resume()
+        let error = await delegate.completion() as? URLError
+        #expect(error?.code == .cannotOpenFile, "\(String(describing: error))")
+        #expect(error?.localizedDescription.contains("body stream failed") == true)
+        #expect(delegate.received.isEmpty, "no echo: the server never got a complete request")
         try await server.shutdown()
     }
 }

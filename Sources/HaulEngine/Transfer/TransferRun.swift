@@ -385,17 +385,17 @@ package final class TransferRun: Sendable {
             // A caller's input stream may block (a pipe, a socket): it is read on NIO's thread
             // pool, never on the session's event loop.
             let blocks = reader is UploadStreamReader
-            @Sendable func nextChunk() -> EventLoopFuture<Data?> {
-                blocks
-                    ? NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) { reader.next() }
-                    : eventLoop.makeSucceededFuture(reader.next())
+            @Sendable func nextChunk() -> EventLoopFuture<ByteBuffer?> {
+                if blocks { return NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) { try reader.next() } }
+                return eventLoop.makeCompletedFuture { try reader.next() }
             }
             @Sendable func writeNext() -> EventLoopFuture<Void> {
                 nextChunk().flatMap { chunk in
                     guard let chunk else { return eventLoop.makeSucceededVoidFuture() }
-                    return writer.write(.byteBuffer(ByteBuffer(bytes: chunk))).flatMap {
-                        let total = sent.add(Int64(chunk.count))
-                        self.observer.transferRun(self, didSendBodyBytes: Int64(chunk.count), totalSent: total, expectedToSend: size ?? -1)
+                    let count = Int64(chunk.readableBytes)
+                    return writer.write(.byteBuffer(chunk)).flatMap {
+                        let total = sent.add(count)
+                        self.observer.transferRun(self, didSendBodyBytes: count, totalSent: total, expectedToSend: size ?? -1)
                         return writeNext()
                     }
                 }
@@ -421,11 +421,17 @@ final class SentByteCounter: Sendable {
     }
 }
 
-/// Reads an upload's body in order, one chunk of at most 256 KiB per call.
+/// Reads an upload's body in order, one chunk of at most 256 KiB per call, straight into the
+/// buffer that is written to the connection (one copy per byte).
 protocol UploadBodyReader: Sendable {
-    func next() -> Data?
+    /// The next chunk, `nil` at the end; throws when the source cannot be read (the request
+    /// then fails instead of sending a truncated body).
+    func next() throws(URLError) -> ByteBuffer?
     func close()
 }
+
+/// The size of one upload chunk (and of one `didSendBodyData` step).
+let uploadChunkSize = 256 * 1024
 
 /// An in-memory body, cut into chunks so its progress can be reported.
 final class UploadDataReader: UploadBodyReader, @unchecked Sendable {
@@ -437,11 +443,11 @@ final class UploadDataReader: UploadBodyReader, @unchecked Sendable {
         self.data = data
     }
 
-    func next() -> Data? {
+    func next() throws(URLError) -> ByteBuffer? {
         guard self.offset < self.data.count else { return nil }
-        let end = min(self.data.count, self.offset + 256 * 1024)
+        let end = min(self.data.count, self.offset + uploadChunkSize)
         defer { self.offset = end }
-        return self.data.subdata(in: (self.data.startIndex + self.offset)..<(self.data.startIndex + end))
+        return ByteBuffer(bytes: self.data[(self.data.startIndex + self.offset)..<(self.data.startIndex + end)])
     }
 
     func close() {}
@@ -458,15 +464,24 @@ final class UploadStreamReader: UploadBodyReader, @unchecked Sendable {
         self.stream = stream
     }
 
-    func next() -> Data? {
+    func next() throws(URLError) -> ByteBuffer? {
         if !self.opened {
             self.opened = true
             self.stream.open()
         }
-        var buffer = [UInt8](repeating: 0, count: 256 * 1024)
-        let count = self.stream.read(&buffer, maxLength: buffer.count)
-        guard count > 0 else { return nil }
-        return Data(buffer[0..<count])
+        var buffer = ByteBufferAllocator().buffer(capacity: uploadChunkSize)
+        var result = 0
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: uploadChunkSize) { bytes in
+            result = self.stream.read(bytes.bindMemory(to: UInt8.self).baseAddress!, maxLength: uploadChunkSize)
+            return max(0, result)
+        }
+        if result < 0 {
+            throw URLError(
+                .cannotOpenFile,
+                userInfo: [NSLocalizedDescriptionKey: "the upload's body stream failed: \(self.stream.streamError.map { "\($0)" } ?? "read error")"]
+            )
+        }
+        return result > 0 ? buffer : nil
     }
 
     func close() {
@@ -484,9 +499,22 @@ final class UploadFileReader: UploadBodyReader, @unchecked Sendable {
         self.handle = handle
     }
 
-    func next() -> Data? {
-        guard let data = try? self.handle.read(upToCount: 256 * 1024), !data.isEmpty else { return nil }
-        return data
+    func next() throws(URLError) -> ByteBuffer? {
+        let descriptor = self.handle.fileDescriptor
+        var buffer = ByteBufferAllocator().buffer(capacity: uploadChunkSize)
+        var result = 0
+        var failure: Int32 = 0
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: uploadChunkSize) { bytes in
+            repeat {
+                result = read(descriptor, bytes.baseAddress!, uploadChunkSize)
+                failure = result < 0 ? errno : 0
+            } while failure == EINTR
+            return max(0, result)
+        }
+        if result < 0 {
+            throw URLError.fileSystem(.cannotOpenFile, "cannot read the upload file", errno: failure)
+        }
+        return result > 0 ? buffer : nil
     }
 
     func close() {
