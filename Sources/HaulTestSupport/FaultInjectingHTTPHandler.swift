@@ -145,7 +145,7 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
             func hash(_ text: String) -> String {
                 let data = Data(text.utf8)
                 let digest: [UInt8] = algorithm == "SHA-256" ? Array(SHA256.hash(data: data)) : Array(Insecure.MD5.hash(data: data))
-                return digest.map { String(format: "%02x", $0) }.joined()
+                return digest.hexString
             }
             let ha1 = hash("\(user):\(realm):\(password)")
             let ha2 = hash("\(head.method.rawValue):\(p["uri"] ?? "")")

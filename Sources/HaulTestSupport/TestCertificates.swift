@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import HaulCore
 import NIOSSL
 
 /// Certificates made at test time with the `openssl` command (P-256 keys, valid for a day):
@@ -22,12 +23,12 @@ public final class TestCertificates: Sendable {
             let der = try TestCertificates.run([
                 "sh", "-c", "openssl x509 -in '\(self.certificatePath)' -pubkey -noout | openssl pkey -pubin -outform DER",
             ])
-            return SHA256.hash(data: der).map { String(format: "%02x", $0) }.joined()
+            return SHA256.hash(data: der).hexString
         }
 
         /// The SHA-256 of the DER certificate, lowercase hex: what a pinning client compares.
         public func sha256() throws -> String {
-            SHA256.hash(data: try self.derBytes()).map { String(format: "%02x", $0) }.joined()
+            SHA256.hash(data: try self.derBytes()).hexString
         }
     }
 

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import HaulCore
 
 /// Deterministic test bodies of any size: byte `i` of entity `(seed, version)` is always the same,
 /// so any range can be produced without storing the file, and tests can compare SHA-256 digests.
@@ -40,7 +41,7 @@ public enum TestContent {
             chunk.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
             offset += Int64(count)
         }
-        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        return hasher.finalize().hexString
     }
 
     /// The hex SHA-256 of a file on disk.
@@ -53,7 +54,7 @@ public enum TestContent {
         while let data = try handle.read(upToCount: 1 << 20), !data.isEmpty {
             hasher.update(data: data)
         }
-        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        return hasher.finalize().hexString
     }
 
     private static func splitmix(_ input: UInt64) -> UInt64 {
@@ -67,6 +68,6 @@ public enum TestContent {
 extension TestContent {
     /// Hex MD5 of UTF-8 `text` (for checking Digest authentication).
     public static func md5Hex(_ text: String) -> String {
-        Insecure.MD5.hash(data: Data(text.utf8)).map { String(format: "%02x", $0) }.joined()
+        Insecure.MD5.hash(data: Data(text.utf8)).hexString
     }
 }

@@ -129,8 +129,8 @@ extension TransferSessionTask {
     static func hexDigest(algorithm: String, text: String) -> String? {
         let data = Data(text.utf8)
         switch algorithm.uppercased() {
-        case "MD5": return Insecure.MD5.hash(data: data).map { String(format: "%02x", $0) }.joined()
-        case "SHA-256": return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+        case "MD5": return Insecure.MD5.hash(data: data).hexString
+        case "SHA-256": return SHA256.hash(data: data).hexString
         default: return nil
         }
     }

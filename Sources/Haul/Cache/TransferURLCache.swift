@@ -234,7 +234,7 @@ public final class TransferURLCache: Sendable {
     }
 
     private func fileURL(forKey key: String) -> URL? {
-        let name = SHA256.hash(data: Data(key.utf8)).map { String(format: "%02x", $0) }.joined()
+        let name = SHA256.hash(data: Data(key.utf8)).hexString
         return self.directory?.appendingPathComponent(name + ".haulcache")
     }
 

@@ -1,6 +1,7 @@
 import Crypto
 import NIOSSL
 import Foundation
+import HaulCore
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -29,7 +30,7 @@ public struct TransferServerTrust: Sendable {
 
     /// The SHA-256 of each certificate, lowercase hex, leaf first: what pinning compares.
     public var sha256Fingerprints: [String] {
-        self.certificates.map { SHA256.hash(data: $0).map { String(format: "%02x", $0) }.joined() }
+        self.certificates.map { SHA256.hash(data: $0).hexString }
     }
 
     /// The SHA-256 of each certificate's public key (its DER SubjectPublicKeyInfo), lowercase
@@ -41,7 +42,7 @@ public struct TransferServerTrust: Sendable {
             guard let certificate = try? NIOSSLCertificate(bytes: Array(der), format: .der),
                 let spki = try? certificate.extractPublicKey().toSPKIBytes()
             else { return nil }
-            return SHA256.hash(data: spki).map { String(format: "%02x", $0) }.joined()
+            return SHA256.hash(data: spki).hexString
         }
     }
 

@@ -137,7 +137,7 @@ struct GetCommand: AsyncParsableCommand {
             guard item.hasPrefix("sha256//"), let digest = Data(base64Encoded: String(item.dropFirst(8))), digest.count == 32 else {
                 throw ValidationError("--pinnedpubkey takes 'sha256//' and the base64 of a SHA-256 digest, got '\(item)'")
             }
-            pins.insert(digest.map { String(format: "%02x", $0) }.joined())
+            pins.insert(digest.hexString)
         }
         guard !pins.isEmpty else { throw ValidationError("--pinnedpubkey names no key") }
         return pins
