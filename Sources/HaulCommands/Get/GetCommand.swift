@@ -66,7 +66,6 @@ struct GetCommand: AsyncParsableCommand {
     @Flag(name: [.customShort("k"), .customLong("insecure")], help: "Accept any server certificate (pins still apply).")
     var insecure = false
 
-
     /// URLs from the arguments and the input file, validated.
     private(set) var resolvedURLs: [URL] = []
 

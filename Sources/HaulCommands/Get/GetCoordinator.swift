@@ -223,7 +223,6 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         )
     }
 
-
     static func exitStatus(for error: URLError, status: Int?) -> ExitStatus {
         if status != nil { return .serverError }
         switch error.code {
