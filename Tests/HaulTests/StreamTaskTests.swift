@@ -186,6 +186,19 @@ struct StreamTaskTests {
         #expect(task.state == .completed)
     }
 
+    @Test("A port out of range or an empty host is a clear badURL, not a crash")
+    func badEndpoint() async throws {
+        let delegate = StreamEventsDelegate()
+        let session = self.session(delegate)
+        defer { session.finishTasksAndInvalidate() }
+        for (host, port) in [("127.0.0.1", 70000), ("127.0.0.1", 0), ("", 80)] {
+            let task = session.streamTask(withHostName: host, port: port)
+            task.resume()
+            let error = await #expect(throws: URLError.self) { _ = try await task.readData(ofMinLength: 1, maxLength: 1, timeout: 1) }
+            #expect(error?.code == .badURL, "\(host):\(port)")
+        }
+    }
+
     @Test("A refused connection completes the task with cannotConnectToHost and fails its pending reads")
     func refused() async throws {
         let server = try await LoopbackLineServer.start()

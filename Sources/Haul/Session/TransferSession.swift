@@ -651,6 +651,10 @@ public final class TransferSession: Sendable {
             TransferSessionStreamTask(session: self, identifier: identifier, host: hostname, port: port)
         }
         if self.isBackground { task.inner.withLock { $0.creationError = self.unsupportedInBackground("stream tasks") } }
+        if hostname.isEmpty || !(1...65535).contains(port) {
+            let error = URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: "a stream task needs a host name and a port from 1 to 65535, got '\(hostname)':\(port)"])
+            task.inner.withLock { $0.creationError = error }
+        }
         return task
     }
 
