@@ -4,12 +4,16 @@ import HaulStore
 import Logging
 import ServiceLifecycle
 
-/// `hauld` as a service: takes the store's lock, opens the store, resumes interrupted tasks,
+/// `hauld` as a service: takes the store's lock, opens the store, builds the one transfer core
+/// and its two owners (background sessions and the queue), resumes interrupted transfers,
 /// serves the socket, and on graceful shutdown (SIGTERM/SIGINT) pauses every transfer with its
 /// checkpoint so that the next start continues them.
 public struct DaemonService: Service {
     public let paths: DaemonPaths
     public let configuration: TransferDaemon.Configuration
+    public let coreConfiguration: TransferCore.Configuration
+    /// `--maximum-transfers`: replaces the saved `max-concurrent` setting at start.
+    public let maximumConcurrentTransfers: Int?
     public let queueConfiguration: DownloadQueue.Configuration
     /// The web UI's port on 127.0.0.1 (0: any free port); `nil` serves no web UI.
     public let webPort: Int?
@@ -21,12 +25,16 @@ public struct DaemonService: Service {
     public init(
         paths: DaemonPaths,
         configuration: TransferDaemon.Configuration = .init(),
+        coreConfiguration: TransferCore.Configuration = .init(),
+        maximumConcurrentTransfers: Int? = nil,
         queueConfiguration: DownloadQueue.Configuration = .init(defaultDirectory: DownloadQueue.defaultDownloadDirectory()),
         webPort: Int? = DaemonService.defaultWebPort,
         logger: Logger
     ) {
         self.paths = paths
         self.configuration = configuration
+        self.coreConfiguration = coreConfiguration
+        self.maximumConcurrentTransfers = maximumConcurrentTransfers
         self.queueConfiguration = queueConfiguration
         self.webPort = webPort
         self.logger = logger
@@ -36,9 +44,14 @@ public struct DaemonService: Service {
         try self.paths.createDirectories()
         let lock = try DaemonLock(path: self.paths.lockPath)
         let store = try TransferStore.open(path: self.paths.storePath)
-        let daemon = TransferDaemon(store: store, paths: self.paths, configuration: self.configuration, logger: self.logger)
+        // The limits come from the saved settings, which the queue loads and hands to the core.
+        let core = TransferCore(limits: .init(QueueSettings(defaultDirectory: "/")), configuration: self.coreConfiguration, logger: self.logger)
+        let daemon = TransferDaemon(store: store, paths: self.paths, core: core, configuration: self.configuration, logger: self.logger)
+        let queue = try DownloadQueue(store: store, core: core, configuration: self.queueConfiguration, logger: self.logger)
+        if let maximum = self.maximumConcurrentTransfers {
+            _ = try await queue.set("max-concurrent", to: "\(min(64, max(1, maximum)))")
+        }
         try daemon.start()
-        let queue = try DownloadQueue(store: store, configuration: self.queueConfiguration, logger: self.logger)
         try queue.start()
         var web: WebUIServer?
         if let webPort = self.webPort {
@@ -57,8 +70,7 @@ public struct DaemonService: Service {
             try? await gracefulShutdown()
             self.logger.info("shutting down: pausing transfers")
             await server.close()
-            await queue.shutdown()
-            await daemon.shutdown()
+            await core.shutdown()
         }
         unlink(self.paths.socketPath)
         withExtendedLifetime(lock) {}

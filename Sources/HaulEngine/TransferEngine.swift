@@ -18,6 +18,9 @@ package final class TransferEngine: Sendable {
         package var connectTimeout: Duration = .seconds(30)
         /// Exchanges running at once per host.
         package var maximumConnectionsPerHost: Int = 6
+        /// Connections the pool keeps per host; `nil`: ``maximumConnectionsPerHost``. A daemon
+        /// whose per-host limit changes at run time sets the highest it allows.
+        package var connectionPoolSoftLimitPerHost: Int?
         /// Redirects followed in one chain.
         package var maximumRedirects: Int = 16
         /// Proxies by scheme, and the hosts that bypass them.
@@ -72,7 +75,7 @@ package final class TransferEngine: Sendable {
         self.interceptors = interceptors
         var pool = HTTPClient.Configuration.ConnectionPool(
             idleTimeout: .seconds(60),
-            concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, configuration.maximumConnectionsPerHost)
+            concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, configuration.connectionPoolSoftLimitPerHost ?? configuration.maximumConnectionsPerHost)
         )
         // A refused connection should fail now, not be retried until the connect timeout.
         pool.retryConnectionEstablishment = false

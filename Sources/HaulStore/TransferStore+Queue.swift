@@ -121,3 +121,63 @@ extension TransferStore {
         }
     }
 }
+
+extension TransferStore {
+    /// Records many new downloads in one transaction (all or none), with their ids.
+    public func insert(_ downloads: [StoredDownload]) throws -> [StoredDownload] {
+        try self.write { db in
+            try downloads.map { download in
+                var download = download
+                try download.insert(db)
+                return download
+            }
+        }
+    }
+
+    /// One page of the list and the count of every download that matches the page's filter.
+    public func downloads(_ page: QueuePage) throws -> (downloads: [StoredDownload], total: Int) {
+        try self.read { db in
+            var request = StoredDownload.all()
+            if let states = page.states {
+                request = request.filter(states.map(\.rawValue).contains(StoredDownload.Columns.state))
+            } else {
+                request = request.filter(StoredDownload.Columns.state != QueuedDownloadState.removed.rawValue)
+            }
+            if let search = page.search?.trimmingCharacters(in: .whitespaces), !search.isEmpty {
+                let pattern = "%" + search.replacingOccurrences(of: "\\", with: "\\\\")
+                    .replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_") + "%"
+                request = request.filter(
+                    sql: "(fileName LIKE ? ESCAPE '\\' OR urls LIKE ? ESCAPE '\\')",
+                    arguments: [pattern, pattern]
+                )
+            }
+            let total = try request.fetchCount(db)
+            let rows = try request.order(StoredDownload.Columns.id).limit(page.limit ?? -1, offset: page.offset).fetchAll(db)
+            return (rows, total)
+        }
+    }
+
+    /// The ids of the downloads in `states`, oldest first.
+    public func downloadIDs(in states: [QueuedDownloadState]) throws -> [Int64] {
+        try self.read { db in
+            try StoredDownload.select(StoredDownload.Columns.id, as: Int64.self)
+                .filter(states.map(\.rawValue).contains(StoredDownload.Columns.state))
+                .order(StoredDownload.Columns.id)
+                .fetchAll(db)
+        }
+    }
+
+    /// Changes many downloads in one transaction: `change` says whether it changed the row.
+    /// Returns the changed rows.
+    public func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
+        try self.write { db in
+            var changed: [StoredDownload] = []
+            for id in ids {
+                guard var download = try StoredDownload.fetchOne(db, key: id), try change(&download) else { continue }
+                try download.update(db)
+                changed.append(download)
+            }
+            return changed
+        }
+    }
+}

@@ -25,8 +25,8 @@ struct Hauld: AsyncParsableCommand {
     @Option(help: "Directory of the socket.")
     var runtimeDir: String?
 
-    @Option(help: "Transfers running at once.")
-    var maximumTransfers: Int = 4
+    @Option(help: "Transfers running at once, background tasks and queue downloads together (saved as the max-concurrent setting).")
+    var maximumTransfers: Int?
 
     @Option(help: "Port of the web UI on 127.0.0.1 (0: any free port).")
     var webPort: Int = DaemonService.defaultWebPort
@@ -43,9 +43,12 @@ struct Hauld: AsyncParsableCommand {
         if let runtimeDir { paths.runtimeDirectory = URL(fileURLWithPath: runtimeDir, isDirectory: true) }
         var logger = Logger(label: "hauld")
         logger.logLevel = self.verbose ? .debug : .info
-        var configuration = TransferDaemon.Configuration()
-        configuration.maximumConcurrentTransfers = max(1, self.maximumTransfers)
-        let service = DaemonService(paths: paths, configuration: configuration, webPort: self.noWeb ? nil : self.webPort, logger: logger)
+        let service = DaemonService(
+            paths: paths,
+            maximumConcurrentTransfers: self.maximumTransfers,
+            webPort: self.noWeb ? nil : self.webPort,
+            logger: logger
+        )
         let group = ServiceGroup(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         do {
             try await group.run()

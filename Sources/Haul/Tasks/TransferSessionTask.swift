@@ -268,14 +268,17 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
             } else {
                 self.perform(action)
             }
-        case .failed(let error, _, let point):
+        case .failed(let failure, let response, let point):
             let action = self.inner.withLock { inner in
                 inner.run = nil
                 inner.resumePoint = point
+                // The server's unsuccessful answer (a resume request answered 503) is the
+                // task's response, as URLSession shows the response a task ended with.
+                if failure.serverStatus != nil, let response { inner.response = response.urlResponse }
                 return inner.lifecycle.transferFinished()
             }
             if action == .deliverResult {
-                self.finish(error: self.errorAddingResumeData(error, point: point))
+                self.finish(error: self.errorAddingResumeData(failure.error, point: point))
             } else {
                 self.perform(action)
             }

@@ -36,16 +36,28 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         case saved(path: String, bytes: Int64)
         case httpStatus(Int, retryAfter: Double?)
         case moveFailed(String)
-        case failed(URLError)
+        /// `serverStatus`: the server's unsuccessful answer, when that is the failure.
+        case failed(URLError, serverStatus: Int?)
     }
 
     private struct Pending {
         var continuation: CheckedContinuation<AttemptResult, Never>
         var job: DownloadJob
         var finished: AttemptResult?
-        var startedAt = ContinuousClock.now
+        /// When the crash checkpoint is due (``CheckpointCadence``, as hauld's).
+        var cadence = CheckpointCadence(
+            bytes: GetCoordinator.crashCheckpointBytes,
+            interval: GetCoordinator.crashCheckpointInterval,
+            now: GetCoordinator.monotonicNow()
+        )
         /// Whether this attempt wrote its crash checkpoint already.
         var checkpointed = false
+    }
+
+    private static let clockOrigin = ContinuousClock.now
+    static func monotonicNow() -> Double {
+        let elapsed = ContinuousClock.now - Self.clockOrigin
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18
     }
 
     /// A crash (kill -9, power cut of the process) loses at most this many bytes or this much
@@ -53,7 +65,7 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
     /// entity's validators. Smaller, quicker downloads write none (they are cheaper to redo
     /// than to checkpoint).
     static let crashCheckpointBytes: Int64 = 1 << 20
-    static let crashCheckpointInterval: Duration = .seconds(1)
+    static let crashCheckpointInterval: Double = 1
 
     let options: Options
     private let lock = NSLock()
@@ -167,16 +179,16 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
                 return .fileError
             case .httpStatus(let status, let retryAfter):
                 let message = "\(url.absoluteString): server answered \(status) \(HTTPURLResponse.localizedString(forStatusCode: status))"
-                switch self.decide(attempt: attempt, failure: .serverStatus(status), retryAfter: retryAfter) {
-                case .retry(let seconds):
+                switch self.decide(attempt: attempt, failure: .serverStatus(status), retryAfter: retryAfter, hasResumePoint: resumeData != nil) {
+                case .retry(let seconds, _):
                     self.reporter.note("\(message); retrying in \(ByteCountFormatting.duration(seconds: seconds))")
                     try? await Task.sleep(for: .seconds(seconds))
                     attempt += 1
-                case .giveUp:
+                case .fail, .nextMirror:
                     self.reporter.error(message)
                     return .serverError
                 }
-            case .failed(let error):
+            case .failed(let error, let status):
                 if self.interrupted {
                     if let data = error.userInfo[TransferSessionDownloadTaskResumeData] as? Data {
                         job.saveCheckpoint(data)
@@ -192,7 +204,6 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
                 }
                 resumeData = error.userInfo[TransferSessionDownloadTaskResumeData] as? Data
                 if let resumeData { job.saveCheckpoint(resumeData) } else { job.discardCheckpoint() }
-                let status = (error.userInfo["statusCode"] as? Int)
                 if let refusal = self.trustRefusal(for: url) {
                     self.reporter.error("\(url.absoluteString): \(refusal)")
                     job.discardCheckpoint()
@@ -200,13 +211,13 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
                 }
                 let failure = TransferFailureKind(error, status: status)
                 let message = "\(url.absoluteString): \(error.localizedDescription)"
-                switch self.decide(attempt: attempt, failure: failure, retryAfter: nil) {
-                case .retry(let seconds):
+                switch self.decide(attempt: attempt, failure: failure, retryAfter: nil, hasResumePoint: resumeData != nil) {
+                case .retry(let seconds, _):
                     let kept = resumeData == nil ? "" : ", keeping the bytes on disk"
                     self.reporter.note("\(message); retrying in \(ByteCountFormatting.duration(seconds: seconds))\(kept)")
                     try? await Task.sleep(for: .seconds(seconds))
                     attempt += 1
-                case .giveUp:
+                case .fail, .nextMirror:
                     self.reporter.error(message + (resumeData == nil ? "" : " (partial download kept; run again to continue)"))
                     return Self.exitStatus(for: error, status: status)
                 }
@@ -214,11 +225,10 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         }
     }
 
-    private func decide(attempt: Int, failure: TransferFailureKind, retryAfter: Double?) -> RetryPolicy.Decision {
-        self.options.retryPolicy.decision(
-            afterAttempt: attempt,
-            failure: failure,
-            retryAfter: retryAfter,
+    /// The one outcome policy hauld uses too (no mirrors, no resource deadline here).
+    private func decide(attempt: Int, failure: TransferFailureKind, retryAfter: Double?, hasResumePoint: Bool) -> TransferOutcomePolicy.Decision {
+        TransferOutcomePolicy(retryPolicy: self.options.retryPolicy).decide(
+            TransferOutcomePolicy.Failure(attempt: attempt, kind: failure, retryAfter: retryAfter, hasResumePoint: hasResumePoint),
             randomUnit: Double.random(in: 0..<1)
         )
     }
@@ -374,9 +384,12 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         guard let entry else { return }
         self.reporter.taskEnded(task.taskIdentifier)
         if let error {
-            entry.continuation.resume(returning: .failed(error as? URLError ?? URLError(.unknown)))
+            // A task that failed on the server's answer shows that answer as its response.
+            let status = (task.response as? HTTPURLResponse)?.statusCode
+            let serverStatus = status.flatMap { (200..<300).contains($0) ? nil : $0 }
+            entry.continuation.resume(returning: .failed(error as? URLError ?? URLError(.unknown), serverStatus: serverStatus))
         } else {
-            entry.continuation.resume(returning: entry.finished ?? .failed(URLError(.unknown)))
+            entry.continuation.resume(returning: entry.finished ?? .failed(URLError(.unknown), serverStatus: nil))
         }
     }
 
@@ -389,7 +402,7 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
     ) {
         let due = self.lock.withLock { () -> DownloadJob? in
             guard let entry = self.pending[downloadTask.taskIdentifier], !entry.checkpointed else { return nil }
-            guard totalBytesWritten >= Self.crashCheckpointBytes || ContinuousClock.now - entry.startedAt >= Self.crashCheckpointInterval else {
+            guard self.pending[downloadTask.taskIdentifier]!.cadence.isDue(total: totalBytesWritten, now: Self.monotonicNow()) else {
                 return nil
             }
             self.pending[downloadTask.taskIdentifier]?.checkpointed = true

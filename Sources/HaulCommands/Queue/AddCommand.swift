@@ -15,7 +15,10 @@ struct AddCommand: ParsableCommand {
     )
 
     @Argument(help: "http or https URLs to download.")
-    var urls: [String]
+    var urls: [String] = []
+
+    @Option(name: [.customShort("i"), .customLong("input-file")], help: "Read URLs from FILE, one per line ('-' for standard input; blank lines and # comments skipped). All are added in one batch.")
+    var inputFile: String?
 
     @Option(name: [.customShort("d"), .customLong("dir")], help: "Directory to save into (default: the daemon's 'dir' setting).")
     var directory: String?
@@ -42,10 +45,10 @@ struct AddCommand: ParsableCommand {
     var json = false
 
     func validate() throws {
-        guard !self.urls.isEmpty else { throw ValidationError("give at least one URL") }
+        guard !self.urls.isEmpty || self.inputFile != nil else { throw ValidationError("give at least one URL, or -i FILE") }
         for text in self.urls + self.mirrors { _ = try Self.httpURL(text) }
-        if self.urls.count > 1, self.out != nil || self.checksum != nil || !self.mirrors.isEmpty {
-            throw ValidationError("--out, --checksum and --mirror apply to a single URL")
+        if self.urls.count > 1 || self.inputFile != nil, self.out != nil || self.checksum != nil || !self.mirrors.isEmpty {
+            throw ValidationError("--out, --checksum and --mirror apply to a single URL (not with -i)")
         }
         if let checksum {
             do { _ = try ChecksumSpec(parsing: checksum) } catch { throw ValidationError("bad --checksum: \(error)") }
@@ -67,30 +70,54 @@ struct AddCommand: ParsableCommand {
         return url
     }
 
+    /// The URLs of `-i FILE`, checked: a bad line is an error naming its line number.
+    static func urls(inInputFile path: String) throws -> [String] {
+        let text: String
+        if path == "-" {
+            text = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+        } else {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw ValidationError("cannot read the input file \(path)")
+            }
+            text = String(decoding: data, as: UTF8.self)
+        }
+        var urls: [String] = []
+        for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
+            if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
+            do { _ = try Self.httpURL(trimmed) } catch { throw ValidationError("\(path):\(number + 1): not an http or https URL: '\(trimmed)'") }
+            urls.append(trimmed)
+        }
+        guard !urls.isEmpty else { throw ValidationError("\(path) lists no URL") }
+        return urls
+    }
+
     func run() throws {
+        let texts = try self.urls + (self.inputFile.map(Self.urls(inInputFile:)) ?? [])
         let client = try QueueClient.connect(start: true)
         defer { client.close() }
         let directory = self.directory.map { path -> String in
             path.hasPrefix("/") ? path : URL(fileURLWithPath: path, relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath)).standardizedFileURL.path
         }
-        var added: [QueuedDownloadInfo] = []
-        for text in self.urls {
-            let urls = try [Self.httpURL(text)] + self.mirrors.map(Self.httpURL)
-            let response = try client.call(.queueAdd) { request in
-                request.urls = urls
-                request.directory = directory
-                request.fileName = self.out
-                request.checksum = self.checksum
-                request.speedLimit = self.limit.flatMap(SpeedLimit.parse)
-                request.priority = self.priority
-                request.paused = self.paused
-            }
-            guard let download = response.download else { continue }
-            added.append(download)
-            if !self.json {
-                print("added \(download.id): \(download.fileName ?? text) → \(download.directory)")
-            }
+        let downloads = try texts.map { text in
+            NewDownload(
+                urls: try [Self.httpURL(text)] + self.mirrors.map(Self.httpURL),
+                directory: directory,
+                fileName: self.out,
+                checksum: self.checksum,
+                speedLimit: self.limit.flatMap(SpeedLimit.parse),
+                priority: self.priority,
+                paused: self.paused
+            )
         }
-        if self.json { print(QueueFormatting.json(added)) }
+        // One request, one transaction in hauld: all are added or none.
+        let added = try client.call(.queueAdd) { $0.downloads = downloads }.downloads ?? []
+        if self.json {
+            print(QueueFormatting.json(added))
+        } else if added.count > 20 {
+            print("added \(added.count) downloads (\(added.first!.id)…\(added.last!.id)) → \(added.first!.directory)")
+        } else {
+            for download in added { print("added \(download.id): \(download.fileName ?? download.urls[0].absoluteString) → \(download.directory)") }
+        }
     }
 }

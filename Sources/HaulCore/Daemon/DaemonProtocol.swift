@@ -45,15 +45,19 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         // The download manager's queue (see docs/daemon.md).
 
         /// Queue a download (`urls`: primary then mirrors; `directory`, `fileName`, `checksum`,
-        /// `speedLimit`, `priority`, `paused`); answers with `download`.
+        /// `speedLimit`, `priority`, `paused`); answers with `download`. With `downloads`, many
+        /// in one transaction (all or none); answers with `downloads`.
         case queueAdd
-        /// Every download not purged; answers with `downloads` and `settings`.
+        /// Downloads not purged, oldest first; answers with `downloads`, `total` and `settings`.
+        /// `offset`, `limit`, `states` and `search` choose a page.
         case queueList
         /// One download (`downloadID`); answers with `download`.
         case queueGet
-        /// Pause `downloadID`, or every download with `all`; answers with `count`.
+        /// Pause `downloadID`, the downloads of `downloadIDs`, or every download with `all`;
+        /// answers with `count`.
         case queuePause
-        /// Resume `downloadID` (paused or failed), or every paused one with `all`.
+        /// Resume `downloadID` (paused or failed), those of `downloadIDs`, or every paused one
+        /// with `all`.
         case queueResume
         /// Stop `downloadID` for good, deleting its partial file; it stays listed as removed.
         case queueCancel
@@ -65,6 +69,9 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         case queueSetURL
         /// The global settings; with `settingKey` and `settingValue`, change one first.
         case queueSettings
+        /// Change the speed limit of `downloadID` to `speedLimit` bytes per second (0: none),
+        /// at once when it runs; answers with `download`.
+        case queueSetSpeedLimit
         /// Receive `downloadChanged` / `downloadRemoved` / `settingsChanged` events from now on.
         case queueSubscribe
         /// The web UI's address with its token (`webURL`).
@@ -100,6 +107,15 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
     public var priority: Int?
     public var paused: Bool?
     public var downloadID: Int64?
+    /// With `queuePause`, `queueResume`, `queueRemove`: many downloads at once.
+    public var downloadIDs: [Int64]?
+    /// With `queueAdd`: a batch of downloads.
+    public var downloads: [NewDownload]?
+    /// With `queueList`: the page.
+    public var offset: Int?
+    public var limit: Int?
+    public var states: [QueuedDownloadState]?
+    public var search: String?
     public var all: Bool?
     public var settingKey: String?
     public var settingValue: String?
@@ -157,6 +173,8 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
     public var downloads: [QueuedDownloadInfo]?
     public var settings: QueueSettings?
     public var count: Int?
+    /// With `queueList`: how many downloads match the filter (all pages).
+    public var total: Int?
     public var webURL: String?
 
     public init(id: Int, error: String? = nil) {

@@ -4,70 +4,73 @@ import HaulEngine
 import HaulStore
 
 extension DownloadQueue {
-    // MARK: - Scheduling (on `work`)
+    // MARK: - TransferOwner
 
-    /// Starts waiting downloads while the limits allow (``QueueScheduler`` decides which).
-    func schedule() {
-        dispatchPrecondition(condition: .onQueue(self.work))
-        let waiting: [StoredDownload]
-        do { waiting = try self.store.downloads(in: .waiting) } catch {
-            self.logger.error("cannot read the download queue: \(error)")
-            return
-        }
-        let now = Date()
-        let (active, settings, isShuttingDown) = self.state.withLock { state in
-            (state.running.map { QueueScheduler.Entry(id: $0.key, host: $0.value.host, priority: $0.value.priority) }, state.settings, state.isShuttingDown)
-        }
-        guard !isShuttingDown else { return }
-        let entries = waiting.map {
-            QueueScheduler.Entry(id: $0.id!, host: TransferRun.hostKey($0.url), priority: $0.priority, notBefore: $0.notBefore?.timeIntervalSinceReferenceDate)
-        }
-        let chosen = QueueScheduler.downloadsToStart(waiting: entries, active: active, settings: settings, now: now.timeIntervalSinceReferenceDate)
-        for id in chosen {
-            if let download = waiting.first(where: { $0.id == id }) { self.startTransfer(download) }
-        }
-        if let next = QueueScheduler.nextWakeUp(waiting: entries, now: now.timeIntervalSinceReferenceDate) {
-            self.scheduleWakeUp(at: Date(timeIntervalSinceReferenceDate: next))
-        }
-    }
-
-    private func scheduleWakeUp(at date: Date) {
-        let schedule = self.state.withLock { state -> Bool in
-            if let planned = state.wakeUpAt, planned <= date, planned > Date() { return false }
-            state.wakeUpAt = date
-            return true
-        }
-        guard schedule else { return }
-        self.work.asyncAfter(deadline: .now() + max(0, date.timeIntervalSinceNow) + 0.01) { [weak self] in
-            self?.state.withLock { $0.wakeUpAt = nil }
-            self?.schedule()
-        }
-    }
-
-    /// After a limit went down: the newest, lowest-priority transfers beyond it go back to
-    /// waiting (keeping their bytes) so that the limits hold at once, not eventually.
-    func enforceLimits() {
-        let toRequeue = self.state.withLock { state -> [TransferRun] in
-            let ordered = state.running.filter { $0.value.intent == nil }
-                .sorted { ($0.value.priority, -$0.key) > ($1.value.priority, -$1.key) }
-            var kept = 0
-            var perHost: [String: Int] = [:]
-            var runs: [TransferRun] = []
-            for (id, running) in ordered {
-                if kept < state.settings.maximumConcurrentDownloads, perHost[running.host, default: 0] < state.settings.maximumConnectionsPerHost {
-                    kept += 1
-                    perHost[running.host, default: 0] += 1
-                } else {
-                    state.running[id]?.intent = .requeue
-                    runs.append(running.run)
-                }
+    /// The core chose download `number`: start it unless it stopped waiting meanwhile.
+    func startTransfer(_ number: Int64) {
+        self.work.async {
+            let id = TransferID(.queue, number)
+            guard !self.state.withLock({ $0.isShuttingDown }), let stored = try? self.store.download(id: number), stored.state == .waiting else {
+                self.core.ended(id)
+                return
             }
-            return runs
+            if !self.startRun(stored) { self.core.ended(id) }
         }
-        for run in toRequeue { run.stop(.pause) }
     }
 
-    private func startTransfer(_ stored: StoredDownload) {
+    func yieldTransfer(_ number: Int64) {
+        self.work.async {
+            if let run = self.stopRunning(number, intent: .requeue) { run.stop(.pause) }
+        }
+    }
+
+    func stopForShutdown() {
+        let runs = self.state.withLock { state -> [TransferRun] in
+            state.isShuttingDown = true
+            for id in state.running.keys where state.running[id]?.intent == nil { state.running[id]?.intent = .shutdown }
+            return state.running.values.map(\.run)
+        }
+        for run in runs { run.stop(.pause) }
+    }
+
+    func transferResponded(_ transfer: TrackedTransfer, resumedAtOffset: Int64?, expectedTotal: Int64?) {
+        self.broadcast(transfer)
+    }
+
+    func transferCheckpointDue(_ transfer: TrackedTransfer) {
+        let id = transfer.id.number
+        self.work.async {
+            guard self.state.withLock({ $0.running[id]?.transfer === transfer }) else { return }
+            do {
+                // Bytes are recorded as safe only once they are on the disk, not in the page cache.
+                if let partial = try self.store.download(id: id)?.partialPath { PartialFile.syncData(atPath: partial) }
+                let checkpoint = transfer.takeCheckpoint()
+                try self.store.updateDownload(id: id) { download in
+                    download.record(checkpoint.point, currentURL: checkpoint.currentURL)
+                    download.totalBytes = checkpoint.totalBytes ?? download.totalBytes
+                    if download.requestedName == nil, let suggested = checkpoint.suggestedName { download.fileName = suggested }
+                }
+            } catch {
+                self.logger.error("checkpoint of download \(id) failed: \(error)")
+            }
+        }
+    }
+
+    func transferProgressed(_ transfer: TrackedTransfer) {
+        self.broadcast(transfer)
+    }
+
+    /// Tells subscribers where a running download stands (from its live numbers, no store read).
+    private func broadcast(_ transfer: TrackedTransfer) {
+        let id = transfer.id.number
+        self.work.async {
+            guard self.state.withLock({ $0.running[id]?.transfer === transfer }), let download = try? self.store.download(id: id) else { return }
+            self.publish(.changed(self.info(for: download)))
+        }
+    }
+
+    /// Starts the run of a waiting download (on `work`); `false` when it cannot be recorded.
+    private func startRun(_ stored: StoredDownload) -> Bool {
         let id = stored.id!
         let name = stored.fileName ?? FileNaming.suggestedFilename(contentDisposition: nil, url: stored.url)
         let partial = stored.partialPath ?? (stored.directory as NSString).appendingPathComponent("\(name).\(id).haul-part")
@@ -81,58 +84,43 @@ extension DownloadQueue {
                 download.partialPath = partial
                 download.startedAt = download.startedAt ?? Date()
                 download.notBefore = nil
+                // Running again: an earlier attempt's error ("…; retrying") is no longer news.
+                download.errorMessage = nil
                 if point == nil { download.bytesDone = 0 }
-            }) else { return }
+            }) else { return false }
             download = updated
         } catch {
             self.logger.error("cannot record download \(id) as active: \(error)")
-            return
+            return false
         }
-        let transfer = QueueTransfer(queue: self, download: download, startingAt: point?.offset ?? 0)
-        // The per-download limit is fixed at add time; an unlimited download skips it.
-        let limiters = download.speedLimit > 0 ? [self.globalLimiter, BandwidthLimiter(bytesPerSecond: download.speedLimit)] : [self.globalLimiter]
+        let transfer = TrackedTransfer(
+            id: TransferID(.queue, id),
+            owner: self,
+            url: download.url,
+            startingPoint: point,
+            totalBytes: download.totalBytes,
+            speedLimit: download.speedLimit,
+            cadence: self.core.configuration.cadence
+        )
         let run = TransferRun(
-            engine: self.engine,
+            engine: self.core.engine,
             request: TransferRequest(url: download.url, method: "GET"),
             destination: .file(path: partial, resume: point),
             resourceTimeout: nil,
-            bandwidthLimiters: limiters,
+            bandwidthLimiters: [self.core.globalLimiter, transfer.speedLimiter],
             observer: transfer
         )
-        self.state.withLock {
-            $0.running[id] = Running(transfer: transfer, run: run, host: TransferRun.hostKey(download.url), priority: download.priority)
-        }
+        self.state.withLock { $0.running[id] = Running(transfer: transfer, run: run) }
         self.logger.debug("download \(id) starts at offset \(point?.offset ?? 0) from \(download.url.absoluteString)")
         self.publish(.changed(self.info(for: download)))
         run.start { outcome in self.work.async { self.transferEnded(id, outcome: outcome) } }
-    }
-
-    /// Progress from a transfer: store a checkpoint and/or tell subscribers.
-    func transferCheckpoint(_ transfer: QueueTransfer, bytes: Int64, broadcast: Bool, store: Bool = true) {
-        let point = transfer.resumePoint(bytes: bytes)
-        let (url, suggested, total) = transfer.live.withLock { ($0.currentURL, $0.suggestedName, $0.totalBytes) }
-        let id = transfer.downloadID
-        self.work.async {
-            guard self.state.withLock({ $0.running[id]?.transfer === transfer }) else { return }
-            do {
-                guard store else {
-                    if broadcast, let current = try self.store.download(id: id) { self.publish(.changed(self.info(for: current))) }
-                    return
-                }
-                let updated = try self.store.updateDownload(id: id) { download in
-                    download.record(point, currentURL: url)
-                    download.totalBytes = total
-                    if download.requestedName == nil, let suggested { download.fileName = suggested }
-                }
-                if broadcast, let updated { self.publish(.changed(self.info(for: updated))) }
-            } catch {
-                self.logger.error("checkpoint of download \(id) failed: \(error)")
-            }
-        }
+        return true
     }
 
     // MARK: - Outcomes (on `work`)
 
+    /// A run ended: verify and place, retry, fall back to a mirror, or record the error; then
+    /// give the slot back to the core (and the download too, when it waits again).
     func transferEnded(_ id: Int64, outcome: TransferOutcome) {
         dispatchPrecondition(condition: .onQueue(self.work))
         guard let running = self.state.withLock({ $0.running[id] }) else { return }
@@ -148,20 +136,25 @@ extension DownloadQueue {
             }
             return
         case .completed(let response, _):
-            let reason = "the server answered \(response.statusCode)"
-            let status = response.statusCode
-            self.failed(id, transfer: transfer, message: reason, kind: .serverStatus(status), retryAfter: response.headers["Retry-After"], point: nil)
-        case .failed(let error, let response, let point):
-            let status = error.userInfo["statusCode"] as? Int
-            let kind = TransferFailureKind(error, status: status)
-            self.failed(id, transfer: transfer, message: error.localizedDescription, kind: kind, retryAfter: response?.headers["Retry-After"], point: point)
+            let error = URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "the server answered \(response.statusCode)"])
+            self.failed(id, transfer: transfer, failure: TransferFailure(error, serverStatus: response.statusCode), retryAfter: response.headers["Retry-After"], point: nil)
+        case .failed(let failure, let response, let point):
+            self.failed(id, transfer: transfer, failure: failure, retryAfter: response?.headers["Retry-After"], point: point)
         case .stopped(_, _, let point):
             self.stopped(id, intent: running.intent ?? .pause, transfer: transfer, point: point)
         }
-        self.schedule()
+        self.ended(id)
     }
 
-    private func stopped(_ id: Int64, intent: StopIntent, transfer: QueueTransfer, point: ResumePoint?) {
+    /// The slot of `id` is free; a download waiting again goes back to the scheduler.
+    private func ended(_ id: Int64) {
+        self.core.ended(TransferID(.queue, id))
+        if let download = try? self.store.download(id: id), download.state == .waiting {
+            self.core.enqueue(Self.entry(for: download))
+        }
+    }
+
+    private func stopped(_ id: Int64, intent: StopIntent, transfer: TrackedTransfer, point: ResumePoint?) {
         self.state.withLock { _ = $0.running.removeValue(forKey: id) }
         do {
             switch intent {
@@ -179,7 +172,7 @@ extension DownloadQueue {
                 }
                 self.publish(.removed(id: id))
             case .pause, .requeue, .shutdown:
-                let url = transfer.live.withLock { $0.currentURL }
+                let url = transfer.currentURL
                 let updated = try self.store.updateDownload(id: id) { download in
                     download.record(point, currentURL: url)
                     if case .requeue = intent, download.state == .active { download.state = .waiting }
@@ -193,43 +186,47 @@ extension DownloadQueue {
 
     private func failed(
         _ id: Int64,
-        transfer: QueueTransfer,
-        message: String,
-        kind: TransferFailureKind,
+        transfer: TrackedTransfer,
+        failure: TransferFailure,
         retryAfter: String?,
         point: ResumePoint?
     ) {
         self.state.withLock { _ = $0.running.removeValue(forKey: id) }
+        let message = failure.error.localizedDescription
         do {
             guard let download = try self.store.download(id: id) else { return }
-            let decision = self.configuration.retryPolicy.decision(
-                afterAttempt: download.failedAttempts + 1,
-                failure: kind,
-                retryAfter: retryAfter.flatMap { RetryPolicy.retryAfterSeconds($0) },
+            let decision = TransferOutcomePolicy(retryPolicy: self.configuration.retryPolicy).decide(
+                TransferOutcomePolicy.Failure(
+                    attempt: download.failedAttempts + 1,
+                    kind: failure.kind,
+                    retryAfter: retryAfter.flatMap { RetryPolicy.retryAfterSeconds($0) },
+                    hasResumePoint: point != nil,
+                    mirrorsLeft: download.urls.count - 1 - download.urlIndex
+                ),
                 randomUnit: Double.random(in: 0..<1)
             )
-            let url = transfer.live.withLock { $0.currentURL }
+            let url = transfer.currentURL
             let updated = try self.store.updateDownload(id: id) { download in
                 download.record(point, currentURL: url)
                 guard download.state == .active else { return }  // paused or cancelled meanwhile
                 switch decision {
-                case .retry(let delay):
+                case .retry(let delay, _):
                     download.failedAttempts += 1
                     download.state = .waiting
                     download.notBefore = Date().addingTimeInterval(delay)
                     download.errorMessage = "\(message); retrying"
-                case .giveUp where download.urlIndex + 1 < download.urls.count:
+                case .nextMirror:
                     // Next mirror, keeping the bytes: If-Range decides whether they fit.
                     download.urlIndex += 1
                     download.failedAttempts = 0
                     download.state = .waiting
                     download.errorMessage = "\(message); trying mirror \(download.urlIndex)"
-                case .giveUp:
+                case .fail(let keepBytes):
                     download.state = .error
                     download.errorMessage = message
                     download.finishedAt = Date()
                     // An error page (404, 500 …) is not part of the file: nothing resumable to keep.
-                    if case .serverStatus = kind, point == nil, let partial = download.partialPath {
+                    if !keepBytes, failure.serverStatus != nil, let partial = download.partialPath {
                         unlink(partial)
                         download.partialPath = nil
                     }
@@ -265,9 +262,9 @@ extension DownloadQueue {
         }
     }
 
-    private func finish(_ id: Int64, transfer: QueueTransfer, total: Int64, url: URL, disposition: String?, verdict: String?) {
+    private func finish(_ id: Int64, transfer: TrackedTransfer, total: Int64, url: URL, disposition: String?, verdict: String?) {
         let running = self.state.withLock { $0.running.removeValue(forKey: id) }
-        defer { self.schedule() }
+        defer { self.ended(id) }
         do {
             guard let download = try self.store.download(id: id), let partial = download.partialPath else { return }
             if case .remove = running?.intent {

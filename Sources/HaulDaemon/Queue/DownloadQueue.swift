@@ -5,21 +5,19 @@ import HaulStore
 import Logging
 import Synchronization
 
-/// The download manager: a persisted queue of downloads into user directories, run by the
-/// daemon, driven by `haul add/ls/pause/…` and the web UI.
+/// The download manager: a persisted queue of downloads into user directories, one owner of
+/// transfers in ``TransferCore`` (background sessions are the other), driven by
+/// `haul add/ls/pause/…`, the socket and the web UI.
 ///
-/// Every decision and every store write happens on one serial dispatch queue (``work``), so a
-/// user's `pause` and a transfer ending at the same instant are ordered, never interleaved.
-/// A download's file appears under its final name only once complete and verified (length,
-/// validators, checksum when given); until then it is `NAME.ID.haul-part` in the same
-/// directory.
-public final class DownloadQueue: Sendable {
+/// Every decision and every store write of the queue happens on one serial dispatch queue
+/// (``work``), so a user's `pause` and a transfer ending at the same instant are ordered, never
+/// interleaved. Which downloads run is the core's one scheduler's decision: the queue hands it
+/// the waiting downloads and takes them back when paused or removed; paused downloads cost the
+/// scheduler nothing. A download's file appears under its final name only once complete and
+/// verified (length, validators, checksum when given); until then it is `NAME.ID.haul-part`
+/// in the same directory.
+public final class DownloadQueue: TransferOwner, Sendable {
     public struct Configuration: Sendable {
-        /// A checkpoint is written after at most this many new bytes or this much time.
-        public var checkpointBytes: Int64 = 1 << 20
-        public var checkpointInterval: Duration = .milliseconds(500)
-        /// Progress reaches subscribers at most this often per download.
-        public var progressInterval: Duration = .milliseconds(250)
         /// Retries of transient failures on one URL before the next mirror (or an error).
         public var retryPolicy = RetryPolicy(
             maximumAttempts: 6,
@@ -28,7 +26,6 @@ public final class DownloadQueue: Sendable {
             maximumRetryAfter: 600,
             retriesRefusedConnections: true
         )
-        public var idleTimeout: Duration = .seconds(60)
         /// The default directory before the user sets one.
         public var defaultDirectory: String
 
@@ -42,17 +39,15 @@ public final class DownloadQueue: Sendable {
         case pause
         /// Cancelled or removed: delete the partial file.
         case remove(deleteRow: Bool)
-        /// Back to waiting (the concurrency limit went down).
+        /// Back to waiting (the scheduler wants the slot back).
         case requeue
         case shutdown
     }
 
     struct Running {
-        var transfer: QueueTransfer
+        var transfer: TrackedTransfer
         var run: TransferRun
         var intent: StopIntent?
-        var host: String
-        var priority: Int
     }
 
     struct State {
@@ -61,55 +56,43 @@ public final class DownloadQueue: Sendable {
         var subscribers: [UInt64: @Sendable (QueueChange) -> Void] = [:]
         var nextSubscriber: UInt64 = 0
         var isShuttingDown = false
-        var wakeUpAt: Date?
     }
-
-    static let clockOrigin = ContinuousClock.now
 
     package let store: TransferStore
     let configuration: Configuration
     let logger: Logger
-    let engine: TransferEngine
-    let globalLimiter: BandwidthLimiter
+    let core: TransferCore
     let state: Mutex<State>
     /// Serialises decisions and store writes.
     let work = DispatchQueue(label: "hauld.queue")
 
-    public init(store: TransferStore, configuration: Configuration, logger: Logger) throws {
+    /// Loads the saved settings (or defaults) and makes them the core's shared limits.
+    public init(store: TransferStore, core: TransferCore, configuration: Configuration, logger: Logger) throws {
         self.store = store
         self.configuration = configuration
         self.logger = logger
+        self.core = core
         let settings = try store.queueSettings() ?? QueueSettings(defaultDirectory: configuration.defaultDirectory)
-        var engineConfiguration = TransferEngine.Configuration()
-        engineConfiguration.idleTimeout = configuration.idleTimeout
-        // The daemon's environment decides proxies (http_proxy, https_proxy, no_proxy).
-        engineConfiguration.proxies = ProxySettings.fromEnvironment(ProcessInfo.processInfo.environment)
-        engineConfiguration.maximumConnectionsPerHost = settings.maximumConnectionsPerHost
-        self.engine = TransferEngine(configuration: engineConfiguration)
-        self.globalLimiter = BandwidthLimiter(bytesPerSecond: settings.globalSpeedLimit)
         self.state = Mutex(State(settings: settings))
+        core.setLimits(TransferCore.Limits(settings))
+        core.register(self, for: .queue)
     }
 
-    /// Continues what a previous daemon left active and starts waiting downloads.
+    /// Continues what a previous daemon left active and hands every waiting download to the
+    /// core's scheduler.
     public func start() throws {
         try self.store.reviveInterruptedDownloads()
-        self.work.async { self.schedule() }
+        self.core.enqueue(try self.store.downloads(in: .waiting).map(Self.entry(for:)))
     }
 
-    /// Pauses every transfer with its checkpoint (they continue on the next start).
-    public func shutdown() async {
-        let runs = self.state.withLock { state -> [TransferRun] in
-            state.isShuttingDown = true
-            for id in state.running.keys where state.running[id]?.intent == nil { state.running[id]?.intent = .shutdown }
-            return state.running.values.map(\.run)
-        }
-        for run in runs { run.stop(.pause) }
-        for _ in 0..<500 {
-            if self.state.withLock({ $0.running.isEmpty }) { break }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        await self.onWork {}
-        await self.engine.shutdown()
+    /// The scheduler's view of a waiting download.
+    static func entry(for download: StoredDownload) -> TransferScheduler.Entry {
+        TransferScheduler.Entry(
+            id: TransferID(.queue, download.id!),
+            host: TransferRun.hostKey(download.url),
+            priority: download.priority,
+            notBefore: download.notBefore?.timeIntervalSinceReferenceDate
+        )
     }
 
     // MARK: - Subscriptions
@@ -137,7 +120,15 @@ public final class DownloadQueue: Sendable {
 
     /// Every download not purged, with live numbers for the active ones.
     public func list() async throws -> [QueuedDownloadInfo] {
-        try await self.onWork { try self.store.allDownloads().map(self.info(for:)) }
+        try await self.list(QueuePage()).downloads
+    }
+
+    /// One page of the list (oldest first), filtered by state and name, with the count of all
+    /// that match. Reads the store on the caller's thread (WAL readers do not wait for writers).
+    public func list(_ page: QueuePage) async throws -> (downloads: [QueuedDownloadInfo], total: Int) {
+        let (rows, total) = try self.store.downloads(page)
+        let live = self.state.withLock { $0.running.mapValues(\.transfer) }
+        return (rows.map { self.info(for: $0, live: live[$0.id!]) }, total)
     }
 
     public func download(id: Int64) async throws -> QueuedDownloadInfo {
@@ -147,13 +138,16 @@ public final class DownloadQueue: Sendable {
     public var settings: QueueSettings { self.state.withLock { $0.settings } }
 
     func info(for download: StoredDownload) -> QueuedDownloadInfo {
+        self.info(for: download, live: self.state.withLock { $0.running[download.id!]?.transfer })
+    }
+
+    private func info(for download: StoredDownload, live transfer: TrackedTransfer?) -> QueuedDownloadInfo {
         var info = download.info
-        guard let running = self.state.withLock({ $0.running[download.id!] }) else { return info }
-        let live = running.transfer.live.withLock { ($0.bytesDone, $0.totalBytes, $0.suggestedName) }
-        info.bytesDone = live.0
-        info.totalBytes = live.1 ?? info.totalBytes
-        if info.fileName == nil { info.fileName = live.2 }
-        let rate = running.transfer.rate
+        guard let transfer else { return info }
+        info.bytesDone = transfer.bytesDone
+        info.totalBytes = transfer.totalBytes ?? info.totalBytes
+        if info.fileName == nil { info.fileName = transfer.suggestedName }
+        let rate = transfer.rate
         info.speed = rate.speed
         info.secondsRemaining = rate.secondsRemaining
         return info
@@ -181,40 +175,77 @@ public final class DownloadQueue: Sendable {
         priority: Int?,
         paused: Bool = false
     ) async throws -> QueuedDownloadInfo {
-        guard !urls.isEmpty else { throw DaemonError("add needs at least one URL") }
-        for url in urls {
+        let request = NewDownload(
+            urls: urls,
+            directory: directory,
+            fileName: fileName,
+            checksum: checksum,
+            speedLimit: speedLimit,
+            priority: priority,
+            paused: paused
+        )
+        return try await self.add([request])[0]
+    }
+
+    /// Queues many downloads in one transaction: all or none. Every request is checked first;
+    /// the first bad one fails the batch with its position in the message.
+    public func add(_ requests: [NewDownload]) async throws -> [QueuedDownloadInfo] {
+        guard !requests.isEmpty else { throw DaemonError("queueAdd needs at least one download") }
+        let defaultDirectory = self.settings.defaultDirectory
+        var prepared: Set<String> = []
+        var rows: [StoredDownload] = []
+        rows.reserveCapacity(requests.count)
+        for (index, request) in requests.enumerated() {
+            do {
+                let directory = request.directory ?? defaultDirectory
+                if prepared.insert(directory).inserted { try Self.prepareDirectory(directory) }
+                rows.append(try Self.validated(request, directory: directory))
+            } catch let error as DaemonError where requests.count > 1 {
+                throw DaemonError("download \(index + 1) of \(requests.count): \(error.description)")
+            }
+        }
+        let newRows = rows
+        return try await self.onWork {
+            let inserted = try self.store.insert(newRows)
+            if inserted.count == 1 {
+                self.logger.info("queued download \(inserted[0].id!): \(inserted[0].urls[0].absoluteString) → \(inserted[0].directory)")
+            } else {
+                self.logger.info("queued \(inserted.count) downloads (\(inserted.first!.id!)…\(inserted.last!.id!))")
+            }
+            let infos = inserted.map(\.info)
+            for info in infos { self.publish(.changed(info)) }
+            self.core.enqueue(inserted.filter { $0.state == .waiting }.map(Self.entry(for:)))
+            return infos
+        }
+    }
+
+    /// Checks one request and makes its row.
+    private static func validated(_ request: NewDownload, directory: String) throws -> StoredDownload {
+        guard !request.urls.isEmpty else { throw DaemonError("add needs at least one URL") }
+        for url in request.urls {
             guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
                 throw DaemonError("not an http or https URL: \(url.absoluteString)")
             }
         }
-        if let fileName {
+        if let fileName = request.fileName {
             guard let sanitized = FileNaming.sanitize(fileName), sanitized == fileName else {
                 throw DaemonError("'\(fileName)' is not a plain file name (no '/', no '..', not empty)")
             }
         }
-        let name = fileName
         let spec: ChecksumSpec?
-        do { spec = try checksum.map { try ChecksumSpec(parsing: $0) } } catch { throw DaemonError("bad checksum: \(error)") }
-        if let speedLimit, speedLimit < 0 { throw DaemonError("a speed limit cannot be negative") }
-        let directory = directory ?? self.settings.defaultDirectory
-        try Self.prepareDirectory(directory)
-        return try await self.onWork {
-            var download = StoredDownload(
-                urls: urls,
-                directory: directory,
-                requestedName: name,
-                checksum: spec?.description,
-                priority: priority ?? 0,
-                speedLimit: speedLimit ?? 0
-            )
-            download.fileName = name ?? FileNaming.suggestedFilename(contentDisposition: nil, url: urls[0])
-            if paused { download.state = .paused }
-            download = try self.store.insert(download)
-            self.logger.info("queued download \(download.id!): \(urls[0].absoluteString) → \(directory)")
-            self.publish(.changed(download.info))
-            self.schedule()
-            return download.info
-        }
+        do { spec = try request.checksum.map { try ChecksumSpec(parsing: $0) } } catch { throw DaemonError("bad checksum: \(error)") }
+        if let speedLimit = request.speedLimit, speedLimit < 0 { throw DaemonError("a speed limit cannot be negative") }
+        var download = StoredDownload(
+            urls: request.urls,
+            directory: directory,
+            requestedName: request.fileName,
+            checksum: spec?.description,
+            priority: request.priority ?? 0,
+            speedLimit: request.speedLimit ?? 0
+        )
+        download.fileName = request.fileName ?? FileNaming.suggestedFilename(contentDisposition: nil, url: request.urls[0])
+        if request.paused { download.state = .paused }
+        return download
     }
 
     /// Checks that `directory` is an absolute path that exists (or can be made) and can be written.
@@ -243,8 +274,7 @@ public final class DownloadQueue: Sendable {
                 if download.state == .paused { return }
                 throw DaemonError("download \(id) is \(download.state.rawValue); only waiting or active downloads can be paused")
             }
-            try self.setState(id, .paused)
-            if let run = self.stopRunning(id, intent: .pause) { run.stop(.pause) }
+            _ = try self.pauseLocked([id])
         }
     }
 
@@ -256,29 +286,61 @@ public final class DownloadQueue: Sendable {
                 if download.state == .waiting || download.state == .active { return }
                 throw DaemonError("download \(id) is \(download.state.rawValue); only paused or failed downloads can be resumed")
             }
-            let updated = try self.store.updateDownload(id: id) { download in
-                download.state = .waiting
-                download.errorMessage = nil
-                download.failedAttempts = 0
-                download.notBefore = nil
-                if download.urlIndex >= download.urls.count { download.urlIndex = 0 }
-            }
-            if let updated { self.publish(.changed(self.info(for: updated))) }
-            self.schedule()
+            _ = try self.resumeLocked([id])
         }
     }
 
-    /// Pauses (or resumes) every download that can be; returns how many changed.
-    public func pauseAll() async throws -> Int {
-        let ids = try await self.onWork { try self.store.allDownloads().filter(\.state.canPause).map { $0.id! } }
-        for id in ids { try? await self.pause(id: id) }
-        return ids.count
+    /// Pauses the downloads of `ids` that can be (all of them when `nil`); returns how many
+    /// changed. One transaction, however many.
+    public func pause(ids: [Int64]?) async throws -> Int {
+        try await self.onWork {
+            let candidates = try ids ?? self.store.downloadIDs(in: [.waiting, .active])
+            return try self.pauseLocked(candidates)
+        }
     }
 
-    public func resumeAll() async throws -> Int {
-        let ids = try await self.onWork { try self.store.allDownloads().filter { $0.state == .paused }.map { $0.id! } }
-        for id in ids { try? await self.resume(id: id) }
-        return ids.count
+    /// Resumes the paused or failed downloads of `ids` (every paused one when `nil`).
+    public func resume(ids: [Int64]?) async throws -> Int {
+        try await self.onWork {
+            let candidates = try ids ?? self.store.downloadIDs(in: [.paused])
+            return try self.resumeLocked(candidates)
+        }
+    }
+
+    public func pauseAll() async throws -> Int { try await self.pause(ids: nil) }
+    public func resumeAll() async throws -> Int { try await self.resume(ids: nil) }
+
+    private func pauseLocked(_ ids: [Int64]) throws -> Int {
+        let changed = try self.store.updateDownloads(ids: ids) { download in
+            guard download.state.canPause else { return false }
+            download.state = .paused
+            return true
+        }
+        for download in changed {
+            let id = download.id!
+            if let run = self.stopRunning(id, intent: .pause) {
+                run.stop(.pause)
+            } else {
+                self.core.withdraw(TransferID(.queue, id))
+            }
+            self.publish(.changed(self.info(for: download)))
+        }
+        return changed.count
+    }
+
+    private func resumeLocked(_ ids: [Int64]) throws -> Int {
+        let changed = try self.store.updateDownloads(ids: ids) { download in
+            guard download.state.canResume else { return false }
+            download.state = .waiting
+            download.errorMessage = nil
+            download.failedAttempts = 0
+            download.notBefore = nil
+            if download.urlIndex >= download.urls.count { download.urlIndex = 0 }
+            return true
+        }
+        for download in changed { self.publish(.changed(self.info(for: download))) }
+        self.core.enqueue(changed.map(Self.entry(for:)))
+        return changed.count
     }
 
     /// Stops a download for good and deletes its partial file. It stays listed (as removed
@@ -299,6 +361,7 @@ public final class DownloadQueue: Sendable {
                 run.stop(.cancel)
                 return
             }
+            self.core.withdraw(TransferID(.queue, id))
             if let partial = download.partialPath { unlink(partial) }
             if deleteFromList {
                 try self.store.deleteDownload(id: id)
@@ -341,6 +404,8 @@ public final class DownloadQueue: Sendable {
                 download.urlIndex = 0
                 download.currentURL = nil
             }) else { throw DaemonError("no download with id \(id)") }
+            // A waiting download may now belong to another host.
+            if updated.state == .waiting { self.core.enqueue(Self.entry(for: updated)) }
             self.publish(.changed(updated.info))
             return updated.info
         }
@@ -354,13 +419,26 @@ public final class DownloadQueue: Sendable {
             if key == "dir" { try Self.prepareDirectory(settings.defaultDirectory) }
             try self.store.save(settings)
             self.state.withLock { $0.settings = settings }
-            self.engine.limiter.limit = settings.maximumConnectionsPerHost
-            self.globalLimiter.setRate(bytesPerSecond: settings.globalSpeedLimit)
+            // The limits are the core's: background sessions share them.
+            self.core.setLimits(TransferCore.Limits(settings))
             self.logger.info("setting \(key) = \(value)")
             self.publish(.settings(settings))
-            self.enforceLimits()
-            self.schedule()
             return settings
+        }
+    }
+
+    /// Changes one download's speed limit (bytes per second, 0 for none), at once when it runs.
+    public func setSpeedLimit(id: Int64, bytesPerSecond: Int64) async throws -> QueuedDownloadInfo {
+        guard bytesPerSecond >= 0 else { throw DaemonError("a speed limit cannot be negative") }
+        return try await self.onWork {
+            _ = try self.existing(id)
+            guard let updated = try self.store.updateDownload(id: id, { $0.speedLimit = bytesPerSecond }) else {
+                throw DaemonError("no download with id \(id)")
+            }
+            self.state.withLock { $0.running[id]?.transfer.speedLimiter }?.setRate(bytesPerSecond: bytesPerSecond)
+            let info = self.info(for: updated)
+            self.publish(.changed(info))
+            return info
         }
     }
 

@@ -120,7 +120,7 @@ enum DaemonRequestHandler {
         do {
             switch request.method {
             case .queueAdd, .queueList, .queueGet, .queuePause, .queueResume, .queueCancel, .queueRemove, .queuePurge,
-                .queueSetURL, .queueSettings, .queueSubscribe:
+                .queueSetURL, .queueSettings, .queueSubscribe, .queueSetSpeedLimit:
                 try await QueueRequestHandler.handle(request, queue: queue, connection: connection, into: &response)
             case .ping, .webUI:
                 response.processID = getpid()

@@ -5,6 +5,8 @@ import HaulCore
 enum QueueRequestHandler {
     static func handle(_ request: DaemonRequest, queue: DownloadQueue, connection: DaemonConnection, into response: inout DaemonResponse) async throws {
         switch request.method {
+        case .queueAdd where request.downloads != nil:
+            response.downloads = try await queue.add(request.downloads!)
         case .queueAdd:
             guard let urls = request.urls ?? request.url.map({ [$0] }) else { throw DaemonError("queueAdd needs 'urls'") }
             response.download = try await queue.add(
@@ -17,13 +19,17 @@ enum QueueRequestHandler {
                 paused: request.paused ?? false
             )
         case .queueList:
-            response.downloads = try await queue.list()
+            if let limit = request.limit, limit < 0 { throw DaemonError("queueList: 'limit' cannot be negative") }
+            let page = QueuePage(offset: request.offset ?? 0, limit: request.limit, states: request.states, search: request.search)
+            (response.downloads, response.total) = try await queue.list(page)
             response.settings = queue.settings
         case .queueGet:
             response.download = try await queue.download(id: try Self.downloadID(request))
         case .queuePause:
             if request.all == true {
                 response.count = try await queue.pauseAll()
+            } else if let ids = request.downloadIDs {
+                response.count = try await queue.pause(ids: ids)
             } else {
                 try await queue.pause(id: try Self.downloadID(request))
                 response.count = 1
@@ -31,12 +37,18 @@ enum QueueRequestHandler {
         case .queueResume:
             if request.all == true {
                 response.count = try await queue.resumeAll()
+            } else if let ids = request.downloadIDs {
+                response.count = try await queue.resume(ids: ids)
             } else {
                 try await queue.resume(id: try Self.downloadID(request))
                 response.count = 1
             }
         case .queueCancel:
             try await queue.cancel(id: try Self.downloadID(request))
+        case .queueRemove where request.downloadIDs != nil:
+            var removed = 0
+            for id in request.downloadIDs! where (try? await queue.cancel(id: id, deleteFromList: true)) != nil { removed += 1 }
+            response.count = removed
         case .queueRemove:
             try await queue.cancel(id: try Self.downloadID(request), deleteFromList: true)
         case .queuePurge:
@@ -51,6 +63,9 @@ enum QueueRequestHandler {
             } else {
                 response.settings = queue.settings
             }
+        case .queueSetSpeedLimit:
+            guard let limit = request.speedLimit else { throw DaemonError("queueSetSpeedLimit needs 'speedLimit' (bytes per second, 0 for none)") }
+            response.download = try await queue.setSpeedLimit(id: try Self.downloadID(request), bytesPerSecond: limit)
         case .queueSubscribe:
             guard connection.subscription.withLock({ $0 }) == nil else { return }
             let id = queue.subscribe { [weak connection] change in

@@ -94,3 +94,16 @@ extension URLError {
         return URLError(code, userInfo: [NSLocalizedDescriptionKey: "\(what): \(reason)", "errno": Int(number)])
     }
 }
+
+extension PartialFile {
+    /// Forces the file's written bytes at `path` onto the disk (`fdatasync`), so that a
+    /// checkpoint recorded afterwards never names bytes a power cut could lose. A missing file
+    /// is no error (nothing to sync). Blocks: call it off the event loops.
+    package static func syncData(atPath path: String) {
+        guard !path.isEmpty else { return }
+        let descriptor = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return }
+        _ = fdatasync(descriptor)
+        _ = Glibc.close(descriptor)
+    }
+}

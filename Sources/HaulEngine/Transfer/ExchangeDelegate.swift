@@ -20,6 +20,8 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
     enum Abort: Error {
         case requestAgainWithoutRange
         case failed(URLError)
+        /// The server answered with an unsuccessful `status` (kept typed for the retry rules).
+        case serverStatus(Int, URLError)
     }
 
     private enum Mode {
@@ -156,13 +158,11 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
             )
         case .failKeepingBytes(let status):
             return task.eventLoop.makeFailedFuture(
-                Abort.failed(
+                Abort.serverStatus(
+                    status,
                     URLError(
                         .badServerResponse,
-                        userInfo: [
-                            NSLocalizedDescriptionKey: "server answered the resume request with status \(status)",
-                            "statusCode": status,
-                        ]
+                        userInfo: [NSLocalizedDescriptionKey: "server answered the resume request with status \(status)"]
                     )
                 )
             )

@@ -68,7 +68,7 @@ package enum TransferOutcome: Sendable {
     case completed(response: ResponseInfo, bytesOnDisk: Int64)
     /// The transfer failed. `resumePoint` is set when a later attempt can continue from the
     /// bytes on disk; `response` is the last final response seen, if any.
-    case failed(URLError, response: ResponseInfo?, resumePoint: ResumePoint?)
+    case failed(TransferFailure, response: ResponseInfo?, resumePoint: ResumePoint?)
     /// The transfer stopped because ``TransferRun/stop(_:)`` asked it to.
     case stopped(TransferRun.StopReason, response: ResponseInfo?, resumePoint: ResumePoint?)
 }

@@ -95,6 +95,22 @@ extension TransferRun {
     }
 }
 
+/// Why a transfer failed: the error URLSession would report, and the server's status as a typed
+/// value when the failure is the server's answer (a resume request answered 503, say).
+package struct TransferFailure: Error, Sendable {
+    package var error: URLError
+    /// The unsuccessful status the server answered with, when that is the failure.
+    package var serverStatus: Int?
+
+    package init(_ error: URLError, serverStatus: Int? = nil) {
+        self.error = error
+        self.serverStatus = serverStatus
+    }
+
+    /// How it counts for retrying.
+    package var kind: TransferFailureKind { TransferFailureKind(self.error, status: self.serverStatus) }
+}
+
 extension TransferFailureKind {
     /// How a transfer's `URLError` counts for retrying: `status` (a server answer) first, then
     /// the error's code. The one classification `haul get`, hauld and the queue share.

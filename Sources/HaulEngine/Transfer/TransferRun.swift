@@ -195,8 +195,8 @@ package final class TransferRun: Sendable {
                 case .cancel(let error):
                     return self.stoppedOutcome() ?? self.failure(error)
                 }
-            case .failed(let error):
-                return self.stoppedOutcome() ?? self.failure(error)
+            case .failed(let error, let status):
+                return self.stoppedOutcome() ?? self.failure(error, serverStatus: status)
             case .redirect(let response, let body):
                 let next: RedirectPolicy.NextRequest
                 do {
@@ -231,7 +231,7 @@ package final class TransferRun: Sendable {
             let point = state.machine.transferStopped()
             if reason == .resourceTimeout {
                 return .failed(
-                    URLError(.timedOut, userInfo: [NSLocalizedDescriptionKey: "the resource timeout ran out"]),
+                    TransferFailure(URLError(.timedOut, userInfo: [NSLocalizedDescriptionKey: "the resource timeout ran out"])),
                     response: state.lastResponse,
                     resumePoint: point
                 )
@@ -240,9 +240,9 @@ package final class TransferRun: Sendable {
         }
     }
 
-    func failure(_ error: URLError) -> TransferOutcome {
+    func failure(_ error: URLError, serverStatus: Int? = nil) -> TransferOutcome {
         self.state.withLock { state in
-            .failed(error, response: state.lastResponse, resumePoint: state.machine.transferStopped())
+            .failed(TransferFailure(error, serverStatus: serverStatus), response: state.lastResponse, resumePoint: state.machine.transferStopped())
         }
     }
 
@@ -275,7 +275,7 @@ package final class TransferRun: Sendable {
         /// A 401 with `WWW-Authenticate`, its body held back for the observer's decision.
         case challenge(ResponseInfo, body: ByteBuffer)
         case requestAgainWithoutRange
-        case failed(URLError)
+        case failed(URLError, serverStatus: Int? = nil)
     }
 
     private func exchange(_ request: TransferRequest) async -> ExchangeResult {
@@ -349,6 +349,7 @@ package final class TransferRun: Sendable {
             switch error {
             case .requestAgainWithoutRange: result = .requestAgainWithoutRange
             case .failed(let urlError): result = .failed(urlError)
+            case .serverStatus(let status, let urlError): result = .failed(urlError, serverStatus: status)
             }
         } catch {
             result = .failed(Self.urlError(for: error, url: request.url))

@@ -12,6 +12,7 @@ final class QueueHarness: Sendable {
     let downloads: URL
     let storePath: String
     let queue: DownloadQueue
+    let core: TransferCore
     private let changes = Mutex<[QueueChange]>([])
     /// The most downloads seen active at once.
     let peakActive = Mutex(0)
@@ -25,11 +26,13 @@ final class QueueHarness: Sendable {
         try FileManager.default.createDirectory(at: self.downloads, withIntermediateDirectories: true)
         var configuration = DownloadQueue.Configuration(defaultDirectory: self.downloads.path)
         configuration.retryPolicy = RetryPolicy(maximumAttempts: 3, initialDelay: 0.05, maximumDelay: 0.2, maximumRetryAfter: 2, retriesRefusedConnections: true)
-        configuration.idleTimeout = .seconds(5)
         configure(&configuration)
         var logger = Logger(label: "queue-test")
         logger.logLevel = .warning
-        self.queue = try DownloadQueue(store: try TransferStore.open(path: self.storePath), configuration: configuration, logger: logger)
+        var coreConfiguration = TransferCore.Configuration()
+        coreConfiguration.idleTimeout = .seconds(5)
+        self.core = TransferCore(limits: .init(QueueSettings(defaultDirectory: "/")), configuration: coreConfiguration, logger: logger)
+        self.queue = try DownloadQueue(store: try TransferStore.open(path: self.storePath), core: self.core, configuration: configuration, logger: logger)
         _ = self.queue.subscribe { [weak self] change in
             guard let self else { return }
             self.changes.withLock { $0.append(change) }
@@ -75,7 +78,7 @@ final class QueueHarness: Sendable {
     }
 
     func close() async {
-        await self.queue.shutdown()
+        await self.core.shutdown()
     }
 }
 

@@ -4,44 +4,46 @@ import HaulEngine
 import HaulStore
 
 extension TransferDaemon {
-    /// A transfer run ended: record the result, queue events, retry or wait, and fill the slot.
+    /// A transfer run ended (on `deliveryQueue`): record the result, queue events, retry or
+    /// wait, and give the slot back to the core.
     func transferEnded(_ task: StoredTask, outcome: TransferOutcome) {
+        dispatchPrecondition(condition: .onQueue(self.deliveryQueue))
+        let id = TransferID(.session, task.id!)
         let active = self.state.withLock { $0.active.removeValue(forKey: task.id!) }
         let isShuttingDown = self.state.withLock { $0.isShuttingDown }
+        // The slot is free first, so that a retry or a yield enqueued below is a new entry.
+        self.core.ended(id)
         switch outcome {
+        case .completed(let response, _) where RetryPolicy.isTransient(status: response.statusCode):
+            let error = URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "server answered \(response.statusCode)"])
+            self.handleFailure(task, failure: TransferFailure(error, serverStatus: response.statusCode), response: response, point: nil)
         case .completed(let response, _):
-            if RetryPolicy.isTransient(status: response.statusCode) {
-                let error = URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "server answered \(response.statusCode)"])
-                self.handleFailure(task, error: error, response: response, point: nil)
-            } else if task.isUpload {
+            if task.isUpload {
                 self.finishUpload(task, response: response, body: active?.transfer.responseBody ?? Data())
             } else {
                 self.finishDownload(task, response: response)
             }
-        case .failed(let error, let response, let point):
-            self.handleFailure(task, error: error, response: response, point: point)
+        case .failed(let failure, let response, let point):
+            self.handleFailure(task, failure: failure, response: response, point: point)
         case .stopped(.cancel, _, let point):
             let data = self.completeCancelled(task, point: point, produceResumeData: active?.produceResumeData ?? false)
             for waiter in active?.cancelWaiters ?? [] { waiter.resume(returning: data) }
         case .stopped(_, _, let point):
             let yielded = active?.yielded ?? false
             let url = active?.transfer.currentURL ?? task.currentURL
-            self.deliveryQueue.async {
-                do {
-                    try self.store.checkpoint(taskID: task.id!, point: point, currentURL: url)
-                    guard var current = try self.store.task(id: task.id!) else { return }
-                    if current.state == .running, !isShuttingDown {
-                        current.state = yielded ? .waiting : .suspended
-                        try self.store.update(current)
-                    }
-                } catch {
-                    self.logger.error("cannot record the pause of task \(task.id!): \(error)")
+            do {
+                PartialFile.syncData(atPath: task.partialFilePath)
+                try self.store.checkpoint(taskID: task.id!, point: point, currentURL: url)
+                guard var current = try self.store.task(id: task.id!) else { return }
+                if current.state == .running, !isShuttingDown {
+                    current.state = yielded ? .waiting : .suspended
+                    try self.store.update(current)
+                    if yielded { self.core.enqueue(Self.entry(for: current)) }
                 }
-                if !isShuttingDown { self.schedule() }
+            } catch {
+                self.logger.error("cannot record the pause of task \(task.id!): \(error)")
             }
-            return
         }
-        if !isShuttingDown { self.deliveryQueue.async { self.schedule() } }
     }
 
     private func finishDownload(_ task: StoredTask, response: ResponseInfo) {
@@ -80,36 +82,36 @@ extension TransferDaemon {
         self.record(task, events: [completed])
     }
 
-    private func handleFailure(_ task: StoredTask, error: URLError, response: ResponseInfo?, point: ResumePoint?) {
-        let status = error.userInfo["statusCode"] as? Int ?? response.flatMap { RetryPolicy.isTransient(status: $0.statusCode) ? $0.statusCode : nil }
-        var failure = TransferFailureKind(error, status: status)
-        if failure == .timedOut, Date() >= task.resourceDeadline { failure = .permanent }
-        let retryAfter = response?.headers["Retry-After"].flatMap { RetryPolicy.retryAfterSeconds($0) }
-        let decision = self.configuration.retryPolicy.decision(
-            afterAttempt: task.failedAttempts + 1,
-            failure: failure,
-            retryAfter: retryAfter,
+    private func handleFailure(_ task: StoredTask, failure: TransferFailure, response: ResponseInfo?, point: ResumePoint?) {
+        let policy = TransferOutcomePolicy(retryPolicy: self.configuration.retryPolicy)
+        let decision = policy.decide(
+            TransferOutcomePolicy.Failure(
+                attempt: task.failedAttempts + 1,
+                kind: failure.kind,
+                retryAfter: response?.headers["Retry-After"].flatMap { RetryPolicy.retryAfterSeconds($0) },
+                hasResumePoint: point != nil,
+                secondsUntilDeadline: task.resourceDeadline.timeIntervalSinceNow
+            ),
             randomUnit: Double.random(in: 0..<1)
         )
-        guard case .retry(let delay) = decision, Date().addingTimeInterval(delay) < task.resourceDeadline else {
-            self.completeWithError(task, error: error, point: point)
+        guard case .retry(let delay, _) = decision else {
+            self.completeWithError(task, error: failure.error, point: point)
             return
         }
+        let error = failure.error
         self.logger.info("task \(task.id!): \(error.localizedDescription); retrying in \(Int(delay.rounded(.up))) s")
-        let url = task.currentURL
-        self.deliveryQueue.async {
-            do {
-                try self.store.checkpoint(taskID: task.id!, point: point, currentURL: url)
-                guard var current = try self.store.task(id: task.id!) else { return }
-                current.failedAttempts += 1
-                current.lastError = error.localizedDescription
-                current.notBefore = Date().addingTimeInterval(delay)
-                if current.state == .running { current.state = .waiting }
-                try self.store.update(current)
-            } catch {
-                self.logger.error("cannot record the retry of task \(task.id!): \(error)")
-            }
-            self.schedule()
+        do {
+            try self.store.checkpoint(taskID: task.id!, point: point, currentURL: task.currentURL)
+            guard var current = try self.store.task(id: task.id!) else { return }
+            current.failedAttempts += 1
+            current.lastError = error.localizedDescription
+            current.notBefore = Date().addingTimeInterval(delay)
+            guard current.state == .running else { return }  // suspended meanwhile
+            current.state = .waiting
+            try self.store.update(current)
+            self.core.enqueue(Self.entry(for: current))
+        } catch {
+            self.logger.error("cannot record the retry of task \(task.id!): \(error)")
         }
     }
 

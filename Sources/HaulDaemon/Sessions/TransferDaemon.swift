@@ -19,24 +19,17 @@ public struct DaemonError: Error, Sendable, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
-/// The background transfer service: runs the tasks of every background session with the
-/// engine, checkpoints them in the store, retries what fails, keeps finished downloads and
+/// The owner of background sessions' tasks in ``TransferCore``: records them, hands them to
+/// the core's one scheduler, runs them with the core's one engine when chosen, checkpoints them
+/// in the store, retries what fails (``TransferOutcomePolicy``), keeps finished downloads and
 /// their events until a client takes them, and wakes clients that asked to be launched.
 ///
 /// Durability: a task's request is in the store before `createDownload` answers, its
-/// running state before `resume` answers. Progress is checkpointed every
-/// ``Configuration/checkpointBytes`` or ``Configuration/checkpointInterval``, whichever comes
-/// first, so after a crash at any instant at most that much is fetched again.
-public final class TransferDaemon: Sendable {
+/// running state before `resume` answers. Progress is checkpointed at the core's cadence
+/// (after the file's bytes are synced), so after a crash at any instant at most that much is
+/// fetched again.
+public final class TransferDaemon: TransferOwner, Sendable {
     public struct Configuration: Sendable {
-        /// Transfers running at once over all sessions.
-        public var maximumConcurrentTransfers = 4
-        /// A checkpoint is written after at most this many new bytes…
-        public var checkpointBytes: Int64 = 1 << 20
-        /// …or this much time, whichever comes first.
-        public var checkpointInterval: Duration = .milliseconds(500)
-        /// Live progress events are at least this far apart per task.
-        public var progressInterval: Duration = .milliseconds(250)
         /// Retries of network failures and transient statuses.
         public var retryPolicy = RetryPolicy(
             maximumAttempts: 20,
@@ -45,8 +38,6 @@ public final class TransferDaemon: Sendable {
             maximumRetryAfter: 3600,
             retriesRefusedConnections: true
         )
-        /// Idle timeout of one request.
-        public var idleTimeout: Duration = .seconds(60)
         /// A session's launch command runs at most this often.
         public var launchInterval: Duration = .seconds(10)
 
@@ -54,11 +45,12 @@ public final class TransferDaemon: Sendable {
     }
 
     struct Active {
-        var transfer: ActiveTransfer
+        var transfer: TrackedTransfer
         var run: TransferRun
+        var task: StoredTask
         var cancelWaiters: [CheckedContinuation<Data?, Never>] = []
         var produceResumeData = false
-        /// Set when a discretionary task was paused to make room; it goes back to waiting.
+        /// Set when the scheduler asked for the slot back; the task goes back to waiting.
         var yielded = false
     }
 
@@ -68,52 +60,42 @@ public final class TransferDaemon: Sendable {
         var active: [Int64: Active] = [:]
         var lastLaunch: [String: ContinuousClock.Instant] = [:]
         var isShuttingDown = false
-        var wakeUpScheduled: Date?
     }
 
     let store: TransferStore
     let paths: DaemonPaths
     let configuration: Configuration
-    let engine: TransferEngine
+    let core: TransferCore
     let logger: Logger
     let state = Mutex(State())
-    /// Serialises event delivery and checkpoint writes, keeping both in order.
+    /// Serialises starts, event delivery and checkpoint writes, keeping them in order.
     let deliveryQueue = DispatchQueue(label: "hauld.delivery")
 
-    public init(store: TransferStore, paths: DaemonPaths, configuration: Configuration = Configuration(), logger: Logger) {
+    public init(store: TransferStore, paths: DaemonPaths, core: TransferCore, configuration: Configuration = Configuration(), logger: Logger) {
         self.store = store
         self.paths = paths
+        self.core = core
         self.configuration = configuration
         self.logger = logger
-        var engineConfiguration = TransferEngine.Configuration()
-        engineConfiguration.idleTimeout = configuration.idleTimeout
-        // The daemon's environment decides proxies (http_proxy, https_proxy, no_proxy).
-        engineConfiguration.proxies = ProxySettings.fromEnvironment(ProcessInfo.processInfo.environment)
-        engineConfiguration.maximumConnectionsPerHost = 6
-        self.engine = TransferEngine(configuration: engineConfiguration)
+        core.register(self, for: .session)
     }
 
-    /// Picks up the tasks a previous daemon left running and starts transferring.
+    /// Picks up the tasks a previous daemon left running and hands the waiting ones to the core.
     public func start() throws {
         let revived = try self.store.reviveInterruptedTasks()
         if !revived.isEmpty { self.logger.info("resuming \(revived.count) interrupted or waiting task(s)") }
-        self.deliveryQueue.async { self.schedule() }
+        self.core.enqueue(revived.map(Self.entry(for:)))
         for session in try self.store.sessionsWithPendingEvents() { self.launchIfNeeded(session: session) }
     }
 
-    /// Stops every transfer, keeping its bytes and checkpoint, and closes the engine.
-    public func shutdown() async {
-        let runs = self.state.withLock { state -> [TransferRun] in
-            state.isShuttingDown = true
-            return state.active.values.map(\.run)
-        }
-        for run in runs { run.stop(.pause) }
-        for _ in 0..<500 {
-            if self.state.withLock({ $0.active.isEmpty }) { break }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        await withCheckedContinuation { continuation in self.deliveryQueue.async { continuation.resume() } }
-        await self.engine.shutdown()
+    /// The scheduler's view of a waiting task.
+    static func entry(for task: StoredTask) -> TransferScheduler.Entry {
+        TransferScheduler.Entry(
+            id: TransferID(.session, task.id!),
+            host: TransferRun.hostKey(task.currentURL),
+            isDiscretionary: task.isDiscretionary,
+            notBefore: task.notBefore?.timeIntervalSinceReferenceDate
+        )
     }
 
     // MARK: - Requests
@@ -294,7 +276,7 @@ public final class TransferDaemon: Sendable {
         task.state = .waiting
         task.notBefore = nil
         try self.store.update(task)
-        self.deliveryQueue.async { self.schedule() }
+        self.core.enqueue(Self.entry(for: task))
     }
 
     /// Pauses a task, keeping its bytes.
@@ -309,6 +291,7 @@ public final class TransferDaemon: Sendable {
         guard task.state == .waiting else { return }
         task.state = .suspended
         try self.store.update(task)
+        self.core.withdraw(TransferID(.session, taskID))
     }
 
     /// Cancels a task for good; returns resume data when asked and possible.
@@ -326,6 +309,7 @@ public final class TransferDaemon: Sendable {
                 run.stop(.cancel)
             }
         }
+        self.core.withdraw(TransferID(.session, taskID))
         return self.completeCancelled(task, point: task.resumePoint, produceResumeData: produceResumeData)
     }
 
@@ -343,116 +327,116 @@ public final class TransferDaemon: Sendable {
         return task
     }
 
-    // MARK: - Scheduling
+    // MARK: - TransferOwner
 
-    /// Starts waiting tasks while slots are free: non-discretionary first, then oldest first.
-    /// A waiting non-discretionary task makes a running discretionary one yield its slot.
-    ///
-    /// Runs only on `deliveryQueue`, so two decisions never start the same task twice.
-    func schedule() {
-        dispatchPrecondition(condition: .onQueue(self.deliveryQueue))
-        let waiting: [StoredTask]
-        do {
-            waiting = try self.store.waitingTasks()
-        } catch {
-            self.logger.error("cannot read the task store: \(error)")
-            return
+    /// The core chose `number`: start it unless it stopped waiting meanwhile.
+    func startTransfer(_ number: Int64) {
+        self.deliveryQueue.async {
+            let id = TransferID(.session, number)
+            guard !self.state.withLock({ $0.isShuttingDown }), var task = try? self.store.task(id: number), task.state == .waiting else {
+                self.core.ended(id)
+                return
+            }
+            task.state = .running
+            do { try self.store.update(task) } catch {
+                self.logger.error("cannot record task \(number) as running: \(error)")
+                self.core.ended(id)
+                return
+            }
+            self.startRun(task)
         }
-        let now = Date()
-        let ready = waiting.filter { ($0.notBefore ?? .distantPast) <= now }
-            .sorted { ($0.isDiscretionary ? 1 : 0, $0.id!) < ($1.isDiscretionary ? 1 : 0, $1.id!) }
-        var toStart: [StoredTask] = []
-        var toYield: [TransferRun] = []
-        self.state.withLock { state in
-            guard !state.isShuttingDown else { return }
-            var free = self.configuration.maximumConcurrentTransfers - state.active.count
-            for task in ready where state.active[task.id!] == nil {
-                if free > 0 {
-                    toStart.append(task)
-                    free -= 1
-                } else if !task.isDiscretionary,
-                    let victim = state.active.first(where: { $0.value.transfer.task.isDiscretionary && !$0.value.yielded })
-                {
-                    state.active[victim.key]?.yielded = true
-                    toYield.append(victim.value.run)
-                }
+    }
+
+    func yieldTransfer(_ number: Int64) {
+        self.deliveryQueue.async {
+            let run = self.state.withLock { state -> TransferRun? in
+                guard state.active[number] != nil else { return nil }
+                state.active[number]!.yielded = true
+                return state.active[number]!.run
+            }
+            run?.stop(.pause)
+        }
+    }
+
+    func stopForShutdown() {
+        let runs = self.state.withLock { state -> [TransferRun] in
+            state.isShuttingDown = true
+            return state.active.values.map(\.run)
+        }
+        for run in runs { run.stop(.pause) }
+    }
+
+    func transferResponded(_ transfer: TrackedTransfer, resumedAtOffset: Int64?, expectedTotal: Int64?) {
+        guard let resumedAtOffset, let session = self.session(of: transfer) else { return }
+        var event = DaemonEvent(kind: .resumed, taskID: transfer.id.number)
+        event.offset = resumedAtOffset
+        event.expectedTotal = expectedTotal
+        self.sendLive(event, session: session)
+    }
+
+    func transferCheckpointDue(_ transfer: TrackedTransfer) {
+        guard let task = self.state.withLock({ $0.active[transfer.id.number]?.task }) else { return }
+        self.deliveryQueue.async {
+            // Bytes are recorded as safe only once they are on the disk, not in the page cache.
+            PartialFile.syncData(atPath: task.partialFilePath)
+            let checkpoint = transfer.takeCheckpoint()
+            do { try self.store.checkpoint(taskID: task.id!, point: checkpoint.point, currentURL: checkpoint.currentURL) } catch {
+                self.logger.error("checkpoint of task \(task.id!) failed: \(error)")
             }
         }
-        for run in toYield { run.stop(.pause) }
-        for task in toStart { self.startTransfer(task) }
-        if let next = waiting.compactMap(\.notBefore).filter({ $0 > now }).min() {
-            self.scheduleWakeUp(at: next)
-        }
     }
 
-    private func scheduleWakeUp(at date: Date) {
-        let shouldSchedule = self.state.withLock { state -> Bool in
-            if let planned = state.wakeUpScheduled, planned <= date, planned > Date() { return false }
-            state.wakeUpScheduled = date
-            return true
-        }
-        guard shouldSchedule else { return }
-        let delay = max(0, date.timeIntervalSinceNow) + 0.01
-        self.deliveryQueue.asyncAfter(deadline: .now() + delay) { [weak self] in
-            self?.state.withLock { $0.wakeUpScheduled = nil }
-            self?.schedule()
-        }
+    func transferProgressed(_ transfer: TrackedTransfer) {
+        guard let session = self.session(of: transfer) else { return }
+        var event = DaemonEvent(kind: .progress, taskID: transfer.id.number)
+        event.bytesOnDisk = transfer.bytesDone
+        event.expectedTotal = transfer.totalBytes
+        self.sendLive(event, session: session)
     }
 
-    private func startTransfer(_ stored: StoredTask) {
-        var task = stored
-        task.state = .running
-        do { try self.store.update(task) } catch {
-            self.logger.error("cannot record task \(task.id!) as running: \(error)")
-            return
-        }
-        if task.isUpload {
-            self.startUpload(task)
-            return
-        }
-        let request = TransferRequest(url: task.currentURL, method: "GET", headers: task.requestHeaders)
-        var point = task.resumePoint
+    private func session(of transfer: TrackedTransfer) -> String? {
+        self.state.withLock { $0.active[transfer.id.number]?.task.sessionIdentifier }
+    }
+
+    /// Starts the run of a task just marked running (on `deliveryQueue`).
+    private func startRun(_ task: StoredTask) {
+        let id = TransferID(.session, task.id!)
+        var point = task.isUpload ? nil : task.resumePoint
         if let offset = point?.offset, (PartialFileSize.of(task.partialFilePath) ?? 0) < offset {
             point = nil  // the partial file lost bytes: start over
         }
-        let transfer = ActiveTransfer(daemon: self, task: task, startingPoint: point)
-        let remaining = task.resourceDeadline.timeIntervalSinceNow
-        let run = TransferRun(
-            engine: self.engine,
-            request: request,
-            destination: .file(path: task.partialFilePath, resume: point),
-            resourceTimeout: .milliseconds(Int64(max(0, remaining) * 1000)),
-            observer: transfer
-        )
-        self.state.withLock { $0.active[task.id!] = Active(transfer: transfer, run: run) }
-        self.logger.debug("task \(task.id!) starts at offset \(point?.offset ?? 0)")
-        let started = task
-        run.start { outcome in self.transferEnded(started, outcome: outcome) }
-    }
-}
-
-extension TransferDaemon {
-    /// Uploads start over on every attempt (a request body cannot be resumed); the response
-    /// body is collected for the completion event.
-    fileprivate func startUpload(_ task: StoredTask) {
-        let request = TransferRequest(
+        let transfer = TrackedTransfer(
+            id: id,
+            owner: self,
             url: task.currentURL,
-            method: task.method,
-            headers: task.requestHeaders,
-            body: .file(task.uploadFilePath ?? "")
+            startingPoint: point,
+            totalBytes: task.entityLength,
+            collectsResponseBody: task.isUpload,
+            cadence: self.core.configuration.cadence
         )
-        let transfer = ActiveTransfer(daemon: self, task: task, startingPoint: nil)
+        let request: TransferRequest
+        let destination: TransferRun.Destination
+        if task.isUpload {
+            // Uploads start over on every attempt (a request body cannot be resumed); the
+            // response body is collected for the completion event.
+            request = TransferRequest(url: task.currentURL, method: task.method, headers: task.requestHeaders, body: .file(task.uploadFilePath ?? ""))
+            destination = .observer
+        } else {
+            request = TransferRequest(url: task.currentURL, method: "GET", headers: task.requestHeaders)
+            destination = .file(path: task.partialFilePath, resume: point)
+        }
         let remaining = task.resourceDeadline.timeIntervalSinceNow
         let run = TransferRun(
-            engine: self.engine,
+            engine: self.core.engine,
             request: request,
-            destination: .observer,
+            destination: destination,
             resourceTimeout: .milliseconds(Int64(max(0, remaining) * 1000)),
+            bandwidthLimiters: [self.core.globalLimiter],
             observer: transfer
         )
-        self.state.withLock { $0.active[task.id!] = Active(transfer: transfer, run: run) }
-        let started = task
-        run.start { outcome in self.transferEnded(started, outcome: outcome) }
+        self.state.withLock { $0.active[task.id!] = Active(transfer: transfer, run: run, task: task) }
+        self.logger.debug("task \(task.id!) starts at offset \(point?.offset ?? 0)")
+        run.start { outcome in self.deliveryQueue.async { self.transferEnded(task, outcome: outcome) } }
     }
 }
 

@@ -1,0 +1,70 @@
+import Foundation
+
+/// One download to add to the queue (`queueAdd`, alone or in a batch).
+public struct NewDownload: Codable, Sendable, Hashable {
+    /// The primary URL first, then mirrors.
+    public var urls: [URL]
+    /// An absolute directory; `nil`: the queue's default.
+    public var directory: String?
+    /// A plain file name; `nil`: from the server's answer.
+    public var fileName: String?
+    /// `sha256=…`, `sha1=…` or `md5=…`.
+    public var checksum: String?
+    /// Bytes per second; `nil` or 0: unlimited.
+    public var speedLimit: Int64?
+    public var priority: Int?
+    /// Added paused instead of waiting.
+    public var paused: Bool
+
+    public init(
+        urls: [URL],
+        directory: String? = nil,
+        fileName: String? = nil,
+        checksum: String? = nil,
+        speedLimit: Int64? = nil,
+        priority: Int? = nil,
+        paused: Bool = false
+    ) {
+        self.urls = urls
+        self.directory = directory
+        self.fileName = fileName
+        self.checksum = checksum
+        self.speedLimit = speedLimit
+        self.priority = priority
+        self.paused = paused
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case urls, directory, fileName, checksum, speedLimit, priority, paused
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.urls = try container.decode([URL].self, forKey: .urls)
+        self.directory = try container.decodeIfPresent(String.self, forKey: .directory)
+        self.fileName = try container.decodeIfPresent(String.self, forKey: .fileName)
+        self.checksum = try container.decodeIfPresent(String.self, forKey: .checksum)
+        self.speedLimit = try container.decodeIfPresent(Int64.self, forKey: .speedLimit)
+        self.priority = try container.decodeIfPresent(Int.self, forKey: .priority)
+        self.paused = try container.decodeIfPresent(Bool.self, forKey: .paused) ?? false
+    }
+}
+
+/// A window of the queue's list: `offset` and `limit` over the downloads that match `states`
+/// and `search`, oldest first.
+public struct QueuePage: Codable, Sendable, Hashable {
+    public var offset: Int
+    /// At most this many; `nil`: all from `offset`.
+    public var limit: Int?
+    /// Only downloads in these states; `nil`: every state but `removed`.
+    public var states: [QueuedDownloadState]?
+    /// Only downloads whose file name or URL contains this text (case-insensitive).
+    public var search: String?
+
+    public init(offset: Int = 0, limit: Int? = nil, states: [QueuedDownloadState]? = nil, search: String? = nil) {
+        self.offset = max(0, offset)
+        self.limit = limit.map { max(0, $0) }
+        self.states = states
+        self.search = search
+    }
+}

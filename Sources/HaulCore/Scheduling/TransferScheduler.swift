@@ -1,0 +1,325 @@
+/// Who a durable transfer belongs to: a background session's task or a queue download.
+public enum TransferOwnerKind: String, Sendable, Hashable, CaseIterable, Codable {
+    /// A task of a background session (`TransferSession` with `.background(withIdentifier:)`).
+    case session
+    /// A download of the download manager's queue (`haul add`, the web UI).
+    case queue
+}
+
+/// A transfer as the scheduler names it: its owner and the owner's own id for it.
+public struct TransferID: Sendable, Hashable, CustomStringConvertible {
+    public var owner: TransferOwnerKind
+    public var number: Int64
+
+    public init(_ owner: TransferOwnerKind, _ number: Int64) {
+        self.owner = owner
+        self.number = number
+    }
+
+    public var description: String { "\(self.owner.rawValue)#\(self.number)" }
+}
+
+/// Decides which transfers of `hauld` run: one set of limits over every owner.
+///
+/// A value-type state machine with no I/O and no clock of its own: the daemon feeds it events
+/// (a transfer became ready, was withdrawn, ended; the limits changed; time passed) and carries
+/// out the actions it answers with, in order. Nothing here depends on how many transfers are
+/// paused (the scheduler never sees them), and a decision looks at one queue head per host and
+/// owner, so its cost does not grow with the number of waiting transfers either.
+///
+/// The rules:
+/// - at most ``Limits/maximumConcurrent`` transfers run, and at most
+///   ``Limits/maximumPerHost`` against one host, counting every owner;
+/// - a non-discretionary transfer goes before a discretionary one, then higher priority first;
+///   among equals, the owner with fewer running transfers goes first (a background session
+///   cannot starve the queue, nor the reverse), then the oldest;
+/// - a transfer with a `notBefore` (a retry delay) is not a candidate before that time, and the
+///   scheduler asks to be woken then;
+/// - a ready non-discretionary transfer that finds no slot makes a running discretionary one
+///   yield (stop, keeping its bytes, and wait again);
+/// - when a limit goes down, the lowest-ranked running transfers beyond it yield at once.
+public struct TransferScheduler: Sendable {
+    public struct Limits: Sendable, Hashable {
+        public var maximumConcurrent: Int
+        public var maximumPerHost: Int
+
+        public init(maximumConcurrent: Int, maximumPerHost: Int) {
+            self.maximumConcurrent = max(1, maximumConcurrent)
+            self.maximumPerHost = max(1, maximumPerHost)
+        }
+    }
+
+    /// What the scheduler needs to know of one transfer.
+    public struct Entry: Sendable, Hashable {
+        public var id: TransferID
+        /// `scheme://host:port`: the unit of the per-host limit.
+        public var host: String
+        public var priority: Int
+        public var isDiscretionary: Bool
+        /// The earliest start (a retry delay), in seconds on the caller's clock.
+        public var notBefore: Double?
+
+        public init(id: TransferID, host: String, priority: Int = 0, isDiscretionary: Bool = false, notBefore: Double? = nil) {
+            self.id = id
+            self.host = host
+            self.priority = priority
+            self.isDiscretionary = isDiscretionary
+            self.notBefore = notBefore
+        }
+    }
+
+    /// What the caller must do, in the order given.
+    public enum Action: Sendable, Hashable {
+        /// Start this transfer now. Its slot is taken until ``ended(_:now:)``.
+        case start(TransferID)
+        /// Stop this running transfer, keeping its bytes, and make it ready again once stopped
+        /// (``ended(_:now:)`` then ``add(_:now:)``). Its slot is taken until then.
+        case yield(TransferID)
+        /// Send ``timePassed(now:)`` at this time (replaces any earlier request).
+        case wakeUp(at: Double)
+    }
+
+    private struct QueueKey: Hashable {
+        var host: String
+        var owner: TransferOwnerKind
+    }
+
+    private struct Running {
+        var entry: Entry
+        var isYielding = false
+    }
+
+    private enum Location: Hashable {
+        case ready(Entry)
+        case delayed(Entry)
+    }
+
+    public private(set) var limits: Limits
+    /// Ready entries per host and owner, sorted worst first: the best is `last`.
+    private var ready: [QueueKey: [Entry]] = [:]
+    /// Entries waiting for their `notBefore`, sorted by it: the next due is `first`.
+    private var delayed: [Entry] = []
+    private var location: [TransferID: Location] = [:]
+    private var running: [TransferID: Running] = [:]
+    private var runningPerHost: [String: Int] = [:]
+    private var runningPerOwner: [TransferOwnerKind: Int] = [:]
+    private var requestedWakeUp: Double?
+    private var isShutDown = false
+
+    public init(limits: Limits) {
+        self.limits = limits
+    }
+
+    // MARK: - Reading
+
+    /// Transfers holding a slot (running, or yielding and not ended yet).
+    public var runningCount: Int { self.running.count }
+    /// Transfers waiting for a slot or for their retry time.
+    public var waitingCount: Int { self.location.count }
+    public func isRunning(_ id: TransferID) -> Bool { self.running[id] != nil }
+    public func isWaiting(_ id: TransferID) -> Bool { self.location[id] != nil }
+    public func runningCount(host: String) -> Int { self.runningPerHost[host] ?? 0 }
+    public var runningIDs: [TransferID] { Array(self.running.keys) }
+
+    // MARK: - Events
+
+    /// `entry` is ready to run (new, resumed, retried, or back from yielding). Adding an entry
+    /// that is already waiting replaces it; adding a running one is ignored.
+    public mutating func add(_ entry: Entry, now: Double) -> [Action] {
+        guard self.running[entry.id] == nil else { return [] }
+        self.removeWaiting(entry.id)
+        if let notBefore = entry.notBefore, notBefore > now {
+            let index = self.delayed.partitioningIndex { ($0.notBefore ?? 0) > notBefore }
+            self.delayed.insert(entry, at: index)
+            self.location[entry.id] = .delayed(entry)
+        } else {
+            self.insertReady(entry)
+        }
+        return self.decide(now: now)
+    }
+
+    /// The waiting transfer `id` no longer wants a slot (paused, cancelled, removed).
+    public mutating func withdraw(_ id: TransferID, now: Double) -> [Action] {
+        guard self.removeWaiting(id) else { return [] }
+        return self.decide(now: now)
+    }
+
+    /// The transfer `id` that was started has ended (finished, failed, stopped), or its owner
+    /// could not start it after all: its slot is free.
+    public mutating func ended(_ id: TransferID, now: Double) -> [Action] {
+        guard let finished = self.running.removeValue(forKey: id) else { return [] }
+        self.runningPerHost[finished.entry.host, default: 1] -= 1
+        if self.runningPerHost[finished.entry.host] == 0 { self.runningPerHost[finished.entry.host] = nil }
+        self.runningPerOwner[id.owner, default: 1] -= 1
+        return self.decide(now: now)
+    }
+
+    /// New limits: raising one starts what now fits, lowering one yields what no longer does.
+    public mutating func setLimits(_ limits: Limits, now: Double) -> [Action] {
+        self.limits = limits
+        var actions = self.yieldBeyondLimits()
+        actions += self.decide(now: now)
+        return actions
+    }
+
+    /// The clock reached `now` (the wake-up asked for, or later).
+    public mutating func timePassed(now: Double) -> [Action] {
+        self.requestedWakeUp = nil
+        return self.decide(now: now)
+    }
+
+    /// No transfer starts from now on (the daemon is stopping); running ones still end.
+    public mutating func shutDown() {
+        self.isShutDown = true
+    }
+
+    // MARK: - Deciding
+
+    private mutating func decide(now: Double) -> [Action] {
+        var actions: [Action] = []
+        // Due retries become ready.
+        while let first = self.delayed.first, (first.notBefore ?? 0) <= now {
+            self.delayed.removeFirst()
+            self.insertReady(first)
+        }
+        guard !self.isShutDown else { return actions }
+        while self.running.count < self.limits.maximumConcurrent, let key = self.bestCandidate() {
+            let entry = self.ready[key]!.removeLast()
+            if self.ready[key]!.isEmpty { self.ready[key] = nil }
+            self.location[entry.id] = nil
+            self.running[entry.id] = Running(entry: entry)
+            self.runningPerHost[entry.host, default: 0] += 1
+            self.runningPerOwner[entry.id.owner, default: 0] += 1
+            actions.append(.start(entry.id))
+        }
+        actions += self.yieldDiscretionaryForBlocked()
+        if let next = self.delayed.first?.notBefore, next != self.requestedWakeUp {
+            self.requestedWakeUp = next
+            actions.append(.wakeUp(at: next))
+        }
+        return actions
+    }
+
+    /// The queue whose head should start next, among hosts with a free slot.
+    private func bestCandidate() -> QueueKey? {
+        var best: (key: QueueKey, entry: Entry)?
+        for (key, entries) in self.ready where (self.runningPerHost[key.host] ?? 0) < self.limits.maximumPerHost {
+            guard let head = entries.last else { continue }
+            if let current = best, !self.startsBefore(head, current.entry) { continue }
+            best = (key, head)
+        }
+        return best?.key
+    }
+
+    /// Whether `a` should start before `b` (different queues).
+    private func startsBefore(_ a: Entry, _ b: Entry) -> Bool {
+        if a.isDiscretionary != b.isDiscretionary { return !a.isDiscretionary }
+        if a.priority != b.priority { return a.priority > b.priority }
+        let runningA = self.runningPerOwner[a.id.owner] ?? 0
+        let runningB = self.runningPerOwner[b.id.owner] ?? 0
+        if runningA != runningB { return runningA < runningB }
+        if a.id.number != b.id.number { return a.id.number < b.id.number }
+        return a.id.owner.rawValue < b.id.owner.rawValue
+    }
+
+    /// Order within one queue (one owner, one host): worse first, so the best is last.
+    private static func isWorse(_ a: Entry, than b: Entry) -> Bool {
+        if a.isDiscretionary != b.isDiscretionary { return a.isDiscretionary }
+        if a.priority != b.priority { return a.priority < b.priority }
+        return a.id.number > b.id.number
+    }
+
+    /// Ready non-discretionary heads that found no slot take one from a running discretionary
+    /// transfer each (on their host when the host is what blocks them).
+    private mutating func yieldDiscretionaryForBlocked() -> [Action] {
+        var blocked: [Entry] = []
+        for entries in self.ready.values {
+            guard let head = entries.last, !head.isDiscretionary else { continue }
+            blocked.append(head)
+        }
+        guard !blocked.isEmpty else { return [] }
+        var alreadyYielding = self.running.values.filter { $0.isYielding && $0.entry.isDiscretionary }.count
+        var actions: [Action] = []
+        for head in blocked {
+            if alreadyYielding > 0 {
+                alreadyYielding -= 1
+                continue
+            }
+            let hostFull = (self.runningPerHost[head.host] ?? 0) >= self.limits.maximumPerHost
+            let victim = self.running.values
+                .filter { $0.entry.isDiscretionary && !$0.isYielding && (!hostFull || $0.entry.host == head.host) }
+                .map(\.entry)
+                .min { Self.isWorse($0, than: $1) }
+            guard let victim else { continue }
+            self.running[victim.id]!.isYielding = true
+            actions.append(.yield(victim.id))
+        }
+        return actions
+    }
+
+    /// After a limit went down: the lowest-ranked running transfers beyond it yield.
+    private mutating func yieldBeyondLimits() -> [Action] {
+        let ordered = self.running.values.filter { !$0.isYielding }.map(\.entry)
+            .sorted { Self.isWorse($1, than: $0) }  // best first
+        var kept = 0
+        var perHost: [String: Int] = [:]
+        var actions: [Action] = []
+        for entry in ordered {
+            if kept < self.limits.maximumConcurrent, perHost[entry.host, default: 0] < self.limits.maximumPerHost {
+                kept += 1
+                perHost[entry.host, default: 0] += 1
+            } else {
+                self.running[entry.id]!.isYielding = true
+                actions.append(.yield(entry.id))
+            }
+        }
+        return actions
+    }
+
+    // MARK: - Waiting entries
+
+    private mutating func insertReady(_ entry: Entry) {
+        let key = QueueKey(host: entry.host, owner: entry.id.owner)
+        var entries = self.ready[key] ?? []
+        self.ready[key] = nil  // unique while mutated: no copy of the array
+        let index = entries.partitioningIndex { !Self.isWorse($0, than: entry) }
+        entries.insert(entry, at: index)
+        self.ready[key] = entries
+        self.location[entry.id] = .ready(entry)
+    }
+
+    @discardableResult
+    private mutating func removeWaiting(_ id: TransferID) -> Bool {
+        guard let place = self.location.removeValue(forKey: id) else { return false }
+        switch place {
+        case .delayed(let entry):
+            // Binary search to the first entry due at the same time, then the few alike.
+            var index = self.delayed.partitioningIndex { ($0.notBefore ?? 0) >= (entry.notBefore ?? 0) }
+            while index < self.delayed.count, self.delayed[index].id != id { index += 1 }
+            if index < self.delayed.count { self.delayed.remove(at: index) }
+        case .ready(let entry):
+            // Ranks are unique within a queue (the id breaks ties): binary search finds it.
+            let key = QueueKey(host: entry.host, owner: entry.id.owner)
+            guard var entries = self.ready[key] else { return true }
+            self.ready[key] = nil
+            let index = entries.partitioningIndex { !Self.isWorse($0, than: entry) }
+            if index < entries.count, entries[index].id == id { entries.remove(at: index) }
+            if !entries.isEmpty { self.ready[key] = entries }
+        }
+        return true
+    }
+}
+
+extension Array {
+    /// The first index whose element satisfies `belongsInSecondPart`, for an array partitioned
+    /// by it (binary search).
+    func partitioningIndex(where belongsInSecondPart: (Element) -> Bool) -> Int {
+        var low = 0
+        var high = self.count
+        while low < high {
+            let middle = (low + high) / 2
+            if belongsInSecondPart(self[middle]) { high = middle } else { low = middle + 1 }
+        }
+        return low
+    }
+}

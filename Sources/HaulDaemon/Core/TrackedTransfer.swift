@@ -1,0 +1,180 @@
+import Foundation
+import HaulCore
+import HaulEngine
+import NIOCore
+import Synchronization
+
+/// Watches one running transfer of the core for its owner: keeps the live numbers (bytes, total,
+/// speed, the entity's validators, the URL that answered, the server's name for the file),
+/// decides with ``CheckpointCadence`` when a checkpoint and a progress report are due, and
+/// collects an upload's response body.
+///
+/// Background-session tasks and queue downloads both use it: there is one checkpoint rule.
+final class TrackedTransfer: TransferRunObserver, Sendable {
+    struct Live {
+        var bytesDone: Int64
+        var totalBytes: Int64?
+        var validators: EntityValidators
+        var currentURL: URL
+        var suggestedName: String?
+        var meter = TransferRateMeter()
+        var checkpoints: CheckpointCadence
+        var progress: CheckpointCadence
+        var checkpointPending = false
+        /// An upload's response body, kept up to ``maximumResponseBody`` bytes.
+        var responseBody = Data()
+    }
+
+    /// What a checkpoint records.
+    struct Checkpoint: Sendable {
+        var point: ResumePoint?
+        var currentURL: URL
+        var totalBytes: Int64?
+        var suggestedName: String?
+    }
+
+    static let maximumResponseBody = 1 << 20
+
+    let id: TransferID
+    unowned let owner: any TransferOwner
+    /// Uploads collect the response body; downloads write theirs to the partial file.
+    let collectsResponseBody: Bool
+    /// This transfer's own speed limit (0: none); changeable while it runs.
+    let speedLimiter: BandwidthLimiter
+    private let live: Mutex<Live>
+
+    init(
+        id: TransferID,
+        owner: any TransferOwner,
+        url: URL,
+        startingPoint: ResumePoint?,
+        totalBytes: Int64?,
+        speedLimit: Int64 = 0,
+        collectsResponseBody: Bool = false,
+        cadence: TransferCore.Cadence
+    ) {
+        self.id = id
+        self.owner = owner
+        self.collectsResponseBody = collectsResponseBody
+        self.speedLimiter = BandwidthLimiter(bytesPerSecond: speedLimit)
+        let now = TransferCore.monotonicNow()
+        let offset = startingPoint?.offset ?? 0
+        self.live = Mutex(
+            Live(
+                bytesDone: offset,
+                totalBytes: startingPoint?.entityLength ?? totalBytes,
+                validators: startingPoint?.validators ?? EntityValidators(),
+                currentURL: url,
+                checkpoints: CheckpointCadence(bytes: cadence.checkpointBytes, interval: cadence.checkpointInterval, startingAt: offset, now: now),
+                progress: CheckpointCadence(bytes: .max, interval: cadence.progressInterval, startingAt: offset, now: now - cadence.progressInterval)
+            )
+        )
+    }
+
+    // MARK: - Reading
+
+    var bytesDone: Int64 { self.live.withLock { $0.bytesDone } }
+    var totalBytes: Int64? { self.live.withLock { $0.totalBytes } }
+    var currentURL: URL { self.live.withLock { $0.currentURL } }
+    var suggestedName: String? { self.live.withLock { $0.suggestedName } }
+    var responseBody: Data { self.live.withLock { $0.responseBody } }
+
+    /// Speed and time left right now.
+    var rate: (speed: Double?, secondsRemaining: Double?) {
+        self.live.withLock { live in
+            let remaining = live.totalBytes.flatMap { live.meter.secondsRemaining(total: live.bytesDone, expected: $0) }
+            return (live.meter.bytesPerSecond, remaining)
+        }
+    }
+
+    /// The checkpoint for the bytes done now; a later due checkpoint can be asked for again.
+    /// Call after the file's bytes were synced to disk.
+    func takeCheckpoint() -> Checkpoint {
+        self.live.withLock { live in
+            live.checkpointPending = false
+            return Checkpoint(
+                point: Self.resumePoint(bytes: live.bytesDone, live: live),
+                currentURL: live.currentURL,
+                totalBytes: live.totalBytes,
+                suggestedName: live.suggestedName
+            )
+        }
+    }
+
+    /// The resume point for `bytes` on disk, when the server gave validators.
+    func resumePoint(bytes: Int64) -> ResumePoint? {
+        self.live.withLock { Self.resumePoint(bytes: bytes, live: $0) }
+    }
+
+    private static func resumePoint(bytes: Int64, live: Live) -> ResumePoint? {
+        guard bytes > 0, live.validators.ifRangeValue != nil else { return nil }
+        return ResumePoint(offset: bytes, validators: live.validators, entityLength: live.totalBytes)
+    }
+
+    // MARK: - TransferRunObserver
+
+    func transferRun(_ run: TransferRun, didReceive response: ResponseInfo, resumedAtOffset: Int64?, expectedTotal: Int64?) {
+        if self.collectsResponseBody {
+            self.live.withLock { $0.responseBody = Data() }
+            self.owner.transferResponded(self, resumedAtOffset: nil, expectedTotal: expectedTotal)
+            return
+        }
+        let offset = resumedAtOffset ?? 0
+        let validators = EntityValidators(headers: response.headers)
+        let resumable = RangeResumeRules.notResumableReason(method: "GET", status: response.statusCode, headers: response.headers) == nil
+        let name = FileNaming.suggestedFilename(contentDisposition: response.headers["Content-Disposition"], url: response.url)
+        let now = TransferCore.monotonicNow()
+        self.live.withLock { live in
+            if response.statusCode == 206 {
+                // A 206 without validators continues the entity whose validators are on record.
+                if validators.ifRangeValue != nil { live.validators = validators }
+            } else {
+                live.validators = resumable ? validators : EntityValidators()
+            }
+            live.totalBytes = expectedTotal
+            live.currentURL = response.url
+            live.suggestedName = name
+            live.bytesDone = offset
+            live.checkpoints.restart(at: offset, now: now)
+            live.meter = TransferRateMeter()
+            live.meter.record(total: offset, at: now)
+        }
+        self.owner.transferResponded(self, resumedAtOffset: resumedAtOffset, expectedTotal: expectedTotal)
+        self.requestCheckpoint()
+    }
+
+    func transferRun(_ run: TransferRun, didWrite byteCount: Int, totalOnDisk: Int64, expectedTotal: Int64?) {
+        let now = TransferCore.monotonicNow()
+        let (checkpoint, progress) = self.live.withLock { live -> (Bool, Bool) in
+            live.bytesDone = totalOnDisk
+            let checkpoint = live.checkpoints.isDue(total: totalOnDisk, now: now) && !live.checkpointPending
+            if checkpoint { live.checkpointPending = true }
+            let progress = live.progress.isDue(total: totalOnDisk, now: now)
+            if progress { live.meter.record(total: totalOnDisk, at: now) }
+            return (checkpoint, progress)
+        }
+        if checkpoint { self.owner.transferCheckpointDue(self) }
+        if progress { self.owner.transferProgressed(self) }
+    }
+
+    func transferRun(_ run: TransferRun, didReceive body: ByteBuffer) {
+        guard self.collectsResponseBody else { return }
+        self.live.withLock { live in
+            guard live.responseBody.count + body.readableBytes <= Self.maximumResponseBody else { return }
+            live.responseBody.append(contentsOf: body.readableBytesView)
+        }
+    }
+
+    func transferRun(_ run: TransferRun, willRedirect response: ResponseInfo, to request: TransferRequest) async -> TransferRequest? {
+        request  // daemon transfers always follow redirects, as background sessions do on Apple's platforms
+    }
+
+    private func requestCheckpoint() {
+        let due = self.live.withLock { live -> Bool in
+            guard !live.checkpointPending else { return false }
+            live.checkpointPending = true
+            return true
+        }
+        if due { self.owner.transferCheckpointDue(self) }
+    }
+}

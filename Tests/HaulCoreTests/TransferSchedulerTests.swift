@@ -1,0 +1,192 @@
+import HaulCore
+import Testing
+
+/// The daemon's one scheduler, driven by event scripts: no socket, no store, no sleep.
+@Suite("Transfer scheduler: event scripts")
+struct TransferSchedulerTests {
+    private static let hostA = "http://a:80"
+    private static let hostB = "http://b:80"
+
+    private func task(_ n: Int64, host: String = hostA, priority: Int = 0, discretionary: Bool = false, notBefore: Double? = nil) -> TransferScheduler.Entry {
+        .init(id: TransferID(.session, n), host: host, priority: priority, isDiscretionary: discretionary, notBefore: notBefore)
+    }
+
+    private func download(_ n: Int64, host: String = hostA, priority: Int = 0, notBefore: Double? = nil) -> TransferScheduler.Entry {
+        .init(id: TransferID(.queue, n), host: host, priority: priority, notBefore: notBefore)
+    }
+
+    private func started(_ actions: [TransferScheduler.Action]) -> [TransferID] {
+        actions.compactMap { if case .start(let id) = $0 { id } else { nil } }
+    }
+
+    private func yielded(_ actions: [TransferScheduler.Action]) -> [TransferID] {
+        actions.compactMap { if case .yield(let id) = $0 { id } else { nil } }
+    }
+
+    @Test("The concurrency limit holds over both owners; an end starts the next")
+    func concurrencyAcrossOwners() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 3, maximumPerHost: 10))
+        var starts: [TransferID] = []
+        for n in 1...4 {
+            starts += self.started(scheduler.add(self.task(Int64(n), host: "http://t\(n):80"), now: 0))
+            starts += self.started(scheduler.add(self.download(Int64(n), host: "http://d\(n):80"), now: 0))
+        }
+        #expect(starts.count == 3)
+        #expect(scheduler.runningCount == 3)
+        #expect(scheduler.waitingCount == 5)
+        let next = self.started(scheduler.ended(starts[0], now: 1))
+        #expect(next.count == 1)
+        #expect(scheduler.runningCount == 3)
+        let r1 = scheduler.ended(TransferID(.queue, 99), now: 1)
+        #expect(self.started(r1).isEmpty, "an unknown end changes nothing")
+    }
+
+    @Test("Per-host caps count background tasks and queue downloads together")
+    func perHostAcrossOwners() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 16, maximumPerHost: 4))
+        var starts: [TransferID] = []
+        for n in 1...4 {
+            starts += self.started(scheduler.add(self.task(Int64(n)), now: 0))
+            starts += self.started(scheduler.add(self.download(Int64(n)), now: 0))
+        }
+        #expect(starts.count == 4)
+        #expect(scheduler.runningCount(host: Self.hostA) == 4)
+        // Fair: two of each owner, not the first four added of one.
+        #expect(starts.filter { $0.owner == .session }.count == 2)
+        #expect(starts.filter { $0.owner == .queue }.count == 2)
+        // Another host is not held back by a full one.
+        let r2 = scheduler.add(self.download(9, host: Self.hostB), now: 0)
+        #expect(self.started(r2) == [TransferID(.queue, 9)])
+    }
+
+    @Test("Fairness: a session with many waiting tasks does not starve the queue, nor the reverse")
+    func fairness() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 2, maximumPerHost: 2))
+        for n in 1...50 { _ = scheduler.add(self.task(Int64(n)), now: 0) }
+        _ = scheduler.add(self.download(1), now: 0)
+        _ = scheduler.add(self.download(2), now: 0)
+        // Two tasks started before the downloads arrived; from now on slots alternate.
+        #expect(scheduler.isRunning(TransferID(.session, 1)) && scheduler.isRunning(TransferID(.session, 2)))
+        let first = self.started(scheduler.ended(TransferID(.session, 1), now: 1))
+        #expect(first == [TransferID(.queue, 1)])
+        let second = self.started(scheduler.ended(TransferID(.session, 2), now: 1))
+        #expect(second == [TransferID(.session, 3)], "now the session has fewer running")
+    }
+
+    @Test("Priorities first, then the oldest")
+    func priorities() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 1))
+        let r3 = scheduler.add(self.download(1), now: 0)
+        #expect(self.started(r3) == [TransferID(.queue, 1)])
+        _ = scheduler.add(self.download(2), now: 0)
+        _ = scheduler.add(self.download(3, priority: 5), now: 0)
+        _ = scheduler.add(self.download(4, priority: 5), now: 0)
+        let r4 = scheduler.ended(TransferID(.queue, 1), now: 1)
+        #expect(self.started(r4) == [TransferID(.queue, 3)])
+        let r5 = scheduler.ended(TransferID(.queue, 3), now: 1)
+        #expect(self.started(r5) == [TransferID(.queue, 4)])
+        let r6 = scheduler.ended(TransferID(.queue, 4), now: 1)
+        #expect(self.started(r6) == [TransferID(.queue, 2)])
+    }
+
+    @Test("A discretionary task yields its slot to a non-discretionary one, once, and runs again later")
+    func discretionaryYield() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 4))
+        let r7 = scheduler.add(self.task(1, discretionary: true), now: 0)
+        #expect(self.started(r7) == [TransferID(.session, 1)])
+        let actions = scheduler.add(self.download(1, host: Self.hostB), now: 0)
+        #expect(self.yielded(actions) == [TransferID(.session, 1)])
+        #expect(self.started(actions).isEmpty, "the slot is held until the yielding transfer ended")
+        let r8 = scheduler.timePassed(now: 1)
+        #expect(self.yielded(r8).isEmpty, "no second victim for the same waiter")
+        let r9 = scheduler.ended(TransferID(.session, 1), now: 1)
+        #expect(self.started(r9) == [TransferID(.queue, 1)])
+        _ = scheduler.add(self.task(1, discretionary: true), now: 1)
+        #expect(scheduler.isWaiting(TransferID(.session, 1)))
+        let r10 = scheduler.ended(TransferID(.queue, 1), now: 2)
+        #expect(self.started(r10) == [TransferID(.session, 1)])
+    }
+
+    @Test("A non-discretionary task never yields, and a discretionary one waits behind it")
+    func nonDiscretionaryKeepsItsSlot() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 4))
+        _ = scheduler.add(self.task(1), now: 0)
+        let actions = scheduler.add(self.task(2, discretionary: true), now: 0)
+        #expect(actions.isEmpty)
+        _ = scheduler.add(self.task(3), now: 0)
+        let r11 = scheduler.ended(TransferID(.session, 1), now: 1)
+        #expect(self.started(r11) == [TransferID(.session, 3)])
+    }
+
+    @Test("Lowering a limit mid-run yields the lowest-ranked transfers at once; raising it starts more")
+    func loweringLimits() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 4, maximumPerHost: 4))
+        for n in 1...4 { _ = scheduler.add(self.download(Int64(n), priority: n == 1 ? 9 : 0), now: 0) }
+        _ = scheduler.add(self.download(5), now: 0)
+        let lowered = scheduler.setLimits(.init(maximumConcurrent: 2, maximumPerHost: 4), now: 1)
+        #expect(Set(self.yielded(lowered)) == [TransferID(.queue, 3), TransferID(.queue, 4)], "the newest of the lowest priority")
+        #expect(self.started(lowered).isEmpty)
+        // Yielded transfers end and come back: nothing starts while two run.
+        for n: Int64 in [3, 4] {
+            let r12 = scheduler.ended(TransferID(.queue, n), now: 2)
+            #expect(self.started(r12).isEmpty)
+            _ = scheduler.add(self.download(n), now: 2)
+        }
+        #expect(scheduler.runningCount == 2)
+        let perHost = scheduler.setLimits(.init(maximumConcurrent: 2, maximumPerHost: 1), now: 3)
+        #expect(self.yielded(perHost) == [TransferID(.queue, 2)])
+        _ = scheduler.ended(TransferID(.queue, 2), now: 4)
+        let raised = scheduler.setLimits(.init(maximumConcurrent: 8, maximumPerHost: 8), now: 5)
+        #expect(Set(self.started(raised)) == [TransferID(.queue, 3), TransferID(.queue, 4), TransferID(.queue, 5)])
+    }
+
+    @Test("Retry times: not a candidate before notBefore, and the scheduler asks to be woken then")
+    func retryTimes() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 4, maximumPerHost: 4))
+        let actions = scheduler.add(self.download(1, notBefore: 10), now: 0)
+        #expect(actions == [.wakeUp(at: 10)])
+        let r13 = scheduler.add(self.download(2, notBefore: 5), now: 0)
+        #expect(r13 == [.wakeUp(at: 5)])
+        let r14 = scheduler.add(self.download(3, notBefore: 7), now: 0)
+        #expect(r14.isEmpty, "the earlier wake-up stands")
+        let r15 = scheduler.timePassed(now: 4.9)
+        #expect(self.started(r15).isEmpty)
+        let atFive = scheduler.timePassed(now: 5)
+        #expect(self.started(atFive) == [TransferID(.queue, 2)])
+        #expect(atFive.contains(.wakeUp(at: 7)))
+        _ = scheduler.withdraw(TransferID(.queue, 3), now: 6)
+        let r16 = scheduler.timePassed(now: 10)
+        #expect(self.started(r16) == [TransferID(.queue, 1)])
+        #expect(scheduler.waitingCount == 0)
+    }
+
+    @Test("Withdrawn transfers never start; a repeated add replaces the waiting entry")
+    func withdrawAndReplace() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 1))
+        _ = scheduler.add(self.download(1), now: 0)
+        for n in 2...1000 { _ = scheduler.add(self.download(Int64(n)), now: 0) }
+        for n in stride(from: 2, through: 1000, by: 2) { _ = scheduler.withdraw(TransferID(.queue, Int64(n)), now: 0) }
+        _ = scheduler.add(self.download(999, priority: 3), now: 0)
+        #expect(scheduler.waitingCount == 499)
+        let r17 = scheduler.ended(TransferID(.queue, 1), now: 1)
+        #expect(self.started(r17) == [TransferID(.queue, 999)])
+        var order: [Int64] = []
+        var current = TransferID(.queue, 999)
+        while let next = self.started(scheduler.ended(current, now: 2)).first {
+            order.append(next.number)
+            current = next
+        }
+        #expect(order == Array(stride(from: 3, through: 997, by: 2)))
+    }
+
+    @Test("After shutDown nothing starts")
+    func shutdown() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 1))
+        _ = scheduler.add(self.task(1), now: 0)
+        _ = scheduler.add(self.task(2), now: 0)
+        scheduler.shutDown()
+        let r18 = scheduler.ended(TransferID(.session, 1), now: 1)
+        #expect(self.started(r18).isEmpty)
+        #expect(scheduler.runningCount == 0)
+    }
+}
