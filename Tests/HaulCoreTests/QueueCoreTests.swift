@@ -49,27 +49,6 @@ struct QueueCoreTests {
         #expect(SpeedLimit.parse("quick") == nil)
     }
 
-    @Test("The scheduler starts by priority, then age, within the global and per-host limits")
-    func scheduling() {
-        var settings = QueueSettings(defaultDirectory: "/d")
-        settings.maximumConcurrentDownloads = 3
-        settings.maximumConnectionsPerHost = 2
-        let waiting = [
-            QueueScheduler.Entry(id: 1, host: "a", priority: 0),
-            QueueScheduler.Entry(id: 2, host: "a", priority: 0),
-            QueueScheduler.Entry(id: 3, host: "a", priority: 5),
-            QueueScheduler.Entry(id: 4, host: "b", priority: 0),
-            QueueScheduler.Entry(id: 5, host: "c", priority: 9, notBefore: 100),
-        ]
-        #expect(QueueScheduler.downloadsToStart(waiting: waiting, active: [], settings: settings, now: 0) == [3, 1, 4])
-        let active = [QueueScheduler.Entry(id: 9, host: "a", priority: 0)]
-        #expect(QueueScheduler.downloadsToStart(waiting: waiting, active: active, settings: settings, now: 0) == [3, 4])
-        #expect(QueueScheduler.downloadsToStart(waiting: waiting, active: active, settings: settings, now: 200) == [5, 3])
-        #expect(QueueScheduler.nextWakeUp(waiting: waiting, now: 0) == 100)
-        settings.maximumConcurrentDownloads = 1
-        #expect(QueueScheduler.downloadsToStart(waiting: waiting, active: active, settings: settings, now: 0).isEmpty)
-    }
-
     @Test("A token bucket holds the average rate and lets a burst through")
     func tokenBucket() {
         var bucket = TokenBucket(bytesPerSecond: 100_000, burst: 25_000)

@@ -179,6 +179,29 @@ struct TransferSchedulerTests {
         #expect(order == Array(stride(from: 3, through: 997, by: 2)))
     }
 
+    @Test("Priority, then age, within the global and per-host limits; a delayed entry waits for its time")
+    func startOrder() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 2))
+        _ = scheduler.add(self.download(100, host: "z"), now: 0)  // holds the only slot
+        var actions: [TransferScheduler.Action] = []
+        for entry in [
+            self.download(1, host: "a"), self.download(2, host: "a"), self.download(3, host: "a", priority: 5),
+            self.download(4, host: "b"), self.download(5, host: "c", priority: 9, notBefore: 100),
+        ] {
+            actions += scheduler.add(entry, now: 0)
+        }
+        #expect(self.started(actions).isEmpty)
+        #expect(actions.contains(.wakeUp(at: 100)))
+        let freed = scheduler.ended(TransferID(.queue, 100), now: 1)
+        #expect(self.started(freed) == [TransferID(.queue, 3)], "the highest priority first")
+        let raised = scheduler.setLimits(.init(maximumConcurrent: 3, maximumPerHost: 2), now: 1)
+        #expect(self.started(raised) == [TransferID(.queue, 1), TransferID(.queue, 4)], "then the oldest, while its host has room")
+        let later = scheduler.timePassed(now: 200)
+        #expect(self.started(later).isEmpty, "every slot is taken")
+        let next = scheduler.ended(TransferID(.queue, 4), now: 200)
+        #expect(self.started(next) == [TransferID(.queue, 5)], "the delayed one, due now, outranks the rest")
+    }
+
     @Test("After shutDown nothing starts")
     func shutdown() {
         var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 1))

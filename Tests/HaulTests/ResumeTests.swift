@@ -142,7 +142,7 @@ struct ResumeTests {
         retried.resume()
         let error = try #require(await env.delegate.completion(of: retried) as? URLError)
         #expect(error.code == .badServerResponse)
-        #expect(error.userInfo["statusCode"] as? Int == 503)
+        #expect((retried.response as? HTTPURLResponse)?.statusCode == 503, "the server's answer is the task's response, typed")
         #expect(error.userInfo[TransferSessionDownloadTaskResumeData] != nil, "the bytes on disk stay resumable")
         try await env.finish()
     }

@@ -1,21 +1,30 @@
 import ArgumentParser
 import Foundation
+import Haul
 import HaulCore
 import Synchronization
 
 /// Follows queue events: keeps the latest view of every download and wakes the caller on change.
+/// When hauld goes away (a restart, a crash), it connects again as soon as the daemon is back
+/// and starts over from a fresh list, so `haul wait` and `haul watch` outlive a daemon restart.
 final class QueueFollower: Sendable {
     private struct State {
         var downloads: [Int64: QueuedDownloadInfo] = [:]
         var removed: Set<Int64> = []
         var isClosed = false
+        var client: QueueClient?
     }
 
     private let state = Mutex(State())
     private let changed = DispatchSemaphore(value: 0)
 
-    init(client: QueueClient, initial: [QueuedDownloadInfo]) throws {
-        self.state.withLock { state in for download in initial { state.downloads[download.id] = download } }
+    /// Connects (starting hauld when `start`), subscribes, then reads the list: no change can
+    /// fall between the two.
+    init(start: Bool) throws {
+        try self.attach(QueueClient.connect(start: start))
+    }
+
+    private func attach(_ client: QueueClient) throws {
         client.connection.onClose.withLock {
             $0 = { [weak self] in
                 self?.state.withLock { $0.isClosed = true }
@@ -38,6 +47,29 @@ final class QueueFollower: Sendable {
             }
             self.changed.signal()
         }
+        let all = try client.call(.queueList).downloads ?? []
+        self.state.withLock { state in
+            for download in all where state.downloads[download.id] == nil { state.downloads[download.id] = download }
+            state.isClosed = false
+            state.client = client
+        }
+    }
+
+    /// After the connection closed: waits up to `timeout` seconds for hauld to be back, then
+    /// follows it again. `false` when it did not come back.
+    func reconnect(timeout: Double) -> Bool {
+        self.state.withLock { $0.client }?.close()
+        let paths = DaemonPaths.fromEnvironment()
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let connection = try? BackgroundDaemonClient.connectOnce(paths: paths) {
+                // Downloads seen before the restart stay known until the fresh list replaces them.
+                if (try? self.attach(QueueClient(connection: connection, paths: paths))) != nil { return true }
+                connection.close()
+            }
+            Thread.sleep(forTimeInterval: 0.2)
+        }
+        return false
     }
 
     /// Waits up to `timeout` seconds for a change.
@@ -48,7 +80,14 @@ final class QueueFollower: Sendable {
     var snapshot: (downloads: [Int64: QueuedDownloadInfo], removed: Set<Int64>, isClosed: Bool) {
         self.state.withLock { ($0.downloads, $0.removed, $0.isClosed) }
     }
+
+    func close() {
+        self.state.withLock { $0.client }?.close()
+    }
 }
+
+/// How long `wait` and `watch` wait for a restarted hauld before they give up.
+let daemonReconnectTimeout = 60.0
 
 /// `haul wait ID…`: blocks until the downloads are done, showing their progress.
 struct WaitCommand: ParsableCommand {
@@ -69,11 +108,9 @@ struct WaitCommand: ParsableCommand {
     func validate() throws { _ = try parseDownloadIDs(self.ids) }
 
     func run() throws {
-        let client = try QueueClient.connect(start: self.connection.start)
-        defer { client.close() }
-        // Subscribe first, then read the state: no change can fall between the two.
-        let follower = try QueueFollower(client: client, initial: [])
-        let all = try client.call(.queueList).downloads ?? []
+        let follower = try QueueFollower(start: self.connection.start)
+        defer { follower.close() }
+        let all = Array(follower.snapshot.downloads.values)
         let requested = try parseDownloadIDs(self.ids)
         for id in requested where !all.contains(where: { $0.id == id }) {
             Terminal.writeError("haul: no download with id \(id) (see 'haul ls')\n")
@@ -119,8 +156,14 @@ struct WaitCommand: ParsableCommand {
             }
             if pending == 0 { break }
             if snapshot.isClosed {
-                Terminal.writeError("haul: the connection to hauld closed\n")
-                throw ExitStatus.generic
+                Terminal.writeError("haul: the connection to hauld closed; waiting for it to come back\n")
+                guard follower.reconnect(timeout: daemonReconnectTimeout) else {
+                    Terminal.writeError("haul: hauld did not come back within \(Int(daemonReconnectTimeout)) s\n")
+                    throw ExitStatus.generic
+                }
+                Terminal.writeError("haul: reconnected to hauld\n")
+                drawnLines = 0
+                continue
             }
             follower.waitForChange(timeout: 1)
         }
@@ -141,11 +184,9 @@ struct WatchCommand: ParsableCommand {
     @OptionGroup var connection: QueueConnectionOptions
 
     func run() throws {
-        let client = try QueueClient.connect(start: self.connection.start)
-        defer { client.close() }
-        let follower = try QueueFollower(client: client, initial: [])
+        let follower = try QueueFollower(start: self.connection.start)
+        defer { follower.close() }
         var latest: [Int64: QueuedDownloadInfo] = [:]
-        for download in try client.call(.queueList).downloads ?? [] { latest[download.id] = download }
         let interactive = isatty(STDOUT_FILENO) == 1
         var lastText = ""
         while true {
@@ -160,8 +201,12 @@ struct WatchCommand: ParsableCommand {
                 lastText = text
             }
             if snapshot.isClosed {
-                Terminal.writeError("haul: the connection to hauld closed\n")
-                throw ExitStatus.generic
+                Terminal.writeError("haul: the connection to hauld closed; waiting for it to come back\n")
+                guard follower.reconnect(timeout: daemonReconnectTimeout) else {
+                    Terminal.writeError("haul: hauld did not come back within \(Int(daemonReconnectTimeout)) s\n")
+                    throw ExitStatus.generic
+                }
+                continue
             }
             follower.waitForChange(timeout: 1)
         }

@@ -74,10 +74,14 @@ struct QueueCommandTests {
         #expect(await waitUntil { server.bodyBytesSent(forKey: "e0.bin") > 800_000 })
         let before = try await cli.list()
         #expect(before.count == 3)
+        // `haul wait` started before the kill follows the restarted daemon to the end.
+        async let waiting = cli.run(["wait"])
+        try await Task.sleep(for: .milliseconds(500))
         await daemon.kill9()
         try await daemon.start()
-        let waited = try await cli.run(["wait"])
+        let waited = try await waiting
         #expect(waited.status == 0, "\(waited.standardOutput) \(waited.standardError)")
+        #expect(waited.standardError.contains("reconnected to hauld"), "\(waited.standardError)")
         let after = try await cli.list()
         #expect(after.map(\.state) == [.complete, .complete, .complete])
         for (index, size) in sizes.enumerated() {

@@ -140,7 +140,9 @@ final class DaemonTestClient: @unchecked Sendable {
                 if let newline = self.buffer.firstIndex(of: UInt8(ascii: "\n")) {
                     let line = Array(self.buffer[..<newline])
                     self.buffer.removeSubrange(...newline)
-                    return try? JSONDecoder().decode(DaemonServerLine.self, from: Data(line))
+                    let decoder = JSONDecoder()
+                    decoder.dateDecodingStrategy = .iso8601  // as hauld encodes them
+                    return try? decoder.decode(DaemonServerLine.self, from: Data(line))
                 }
                 var chunk = [UInt8](repeating: 0, count: 65536)
                 let count = chunk.withUnsafeMutableBytes { read(self.descriptor, $0.baseAddress, $0.count) }
