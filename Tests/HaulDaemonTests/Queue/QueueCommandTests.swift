@@ -81,7 +81,11 @@ struct QueueCommandTests {
         try await daemon.start()
         let waited = try await waiting
         #expect(waited.status == 0, "\(waited.standardOutput) \(waited.standardError)")
-        #expect(waited.standardError.contains("reconnected to hauld"), "\(waited.standardError)")
+        // When `haul wait` had connected before the kill it must have followed the restart (on a
+        // slow machine it may connect only afterwards, so the message is not required).
+        if waited.standardError.contains("connection to hauld closed") {
+            #expect(waited.standardError.contains("reconnected to hauld"), "\(waited.standardError)")
+        }
         let after = try await cli.list()
         #expect(after.map(\.state) == [.complete, .complete, .complete])
         for (index, size) in sizes.enumerated() {
