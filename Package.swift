@@ -146,6 +146,15 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "HaulEngineTests",
+            dependencies: [
+                "HaulEngine",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "HaulTests",
             dependencies: [
                 "Haul",

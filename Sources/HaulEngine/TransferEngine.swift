@@ -45,6 +45,9 @@ package final class TransferEngine: Sendable {
     private let clientConfiguration: HTTPClient.Configuration
     /// The loop all of this engine's transfers run on.
     package let eventLoop: any EventLoop
+    /// The threads that open partial files and write body bytes into them, so that the event
+    /// loop never blocks on the disk (one batch at a time per file; see ``FileBodyWriter``).
+    let fileIOPool = NIOThreadPool.singleton
     package let limiter: HostConnectionLimiter
     let redirectPolicy: RedirectPolicy
     package let configuration: Configuration

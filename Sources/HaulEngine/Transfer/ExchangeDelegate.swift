@@ -8,13 +8,19 @@ import NIOCore
 import NIOHTTP1
 
 /// The AsyncHTTPClient delegate for one request/response exchange of a ``TransferRun``: asks the
-/// run's ``DownloadStateMachine`` what to do with the head, then writes each body chunk straight
-/// from the network buffer into the partial file (or hands it to the observer).
+/// run's ``DownloadStateMachine`` what to do with the head, then hands each body chunk, without a
+/// copy, to a ``FileBodyWriter`` that writes it into the partial file off the event loop (or
+/// hands it to the observer).
 ///
 /// AsyncHTTPClient calls a delegate's methods one after another on the task's event loop, so
 /// the mutable fields below are only ever touched from that one thread at a time.
 final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
-    typealias Response = TransferRun.ExchangeResult
+    /// How an exchange ended, as far as the network goes.
+    enum Response: Sendable {
+        case ended(TransferRun.ExchangeResult)
+        /// The body of a download ended; the run judges it once the writer has drained.
+        case fileBodyEnded(ResponseInfo)
+    }
 
     /// Ends an exchange early on purpose (the future of a head or body callback fails with it).
     enum Abort: Error {
@@ -29,7 +35,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         case redirect(ResponseInfo, ByteBuffer)
         case challenge(ResponseInfo, ByteBuffer)
         case toObserver(ResponseInfo)
-        case toFile(ResponseInfo, PartialFile)
+        case toFile(ResponseInfo, FileBodyWriter)
         case alreadyComplete(ResponseInfo, total: Int64)
         case notModified(ResponseInfo)
     }
@@ -41,7 +47,6 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
     private let url: URL
     private let request: TransferRequest
     private var mode = Mode.awaitingHead
-    private var writeOffset: Int64 = 0
     /// The body collected for the session's cache, while it stays small enough.
     private var cacheBody: ByteBuffer?
     private var cacheLimit = 0
@@ -49,6 +54,9 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
     private var responseTime = Date()
     /// What this exchange measured; read by the run once the exchange has ended.
     private(set) var record: TransactionRecord
+    /// The writer of a body going to a file; the run waits for it to drain once the exchange
+    /// has ended, before it judges the body or closes the file.
+    private(set) var fileWriter: FileBodyWriter?
 
     init(run: TransferRun, request: TransferRequest) {
         self.run = run
@@ -133,20 +141,27 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         }
         switch action {
         case .writeBody(let fileOffset, let truncateFile, let resumedAtOffset, let expectedTotal):
-            do {
-                let file = try self.run.openFile(path: path)
-                if truncateFile { try file.truncate(to: fileOffset) }
-                self.writeOffset = fileOffset
-                self.mode = .toFile(response, file)
-            } catch {
-                return task.eventLoop.makeFailedFuture(Abort.failed(error))
+            // Opening and truncating touch the disk: the writer's first job, off the event loop.
+            let run = self.run
+            let writer = FileBodyWriter(
+                open: { () throws(URLError) -> PartialFile in
+                    let file = try run.openFile(path: path)
+                    if truncateFile { try file.truncate(to: fileOffset) }
+                    return file
+                },
+                offset: fileOffset,
+                eventLoop: task.eventLoop,
+                pool: run.engine.fileIOPool
+            ) { count in
+                let (total, expected) = run.state.withLock { state in
+                    state.machine.bodyPartWritten(byteCount: count)
+                    return (state.machine.bytesOnDisk, state.machine.expectedTotal)
+                }
+                run.observer.transferRun(run, didWrite: count, totalOnDisk: total, expectedTotal: expected)
             }
-            self.run.observer.transferRun(
-                self.run,
-                didReceive: response,
-                resumedAtOffset: resumedAtOffset,
-                expectedTotal: expectedTotal
-            )
+            self.fileWriter = writer
+            self.mode = .toFile(response, writer)
+            self.run.observer.transferRun(self.run, didReceive: response, resumedAtOffset: resumedAtOffset, expectedTotal: expectedTotal)
         case .finishWithExistingBytes(let total):
             self.mode = .alreadyComplete(response, total: total)
             self.run.observer.transferRun(self.run, didReceive: response, resumedAtOffset: total, expectedTotal: total)
@@ -173,28 +188,21 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
     func didReceiveBodyPart(task: HTTPClient.Task<Response>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
         self.record.responseBodyBytes += Int64(buffer.readableBytes)
         switch self.mode {
-        case .toFile(_, let file):
-            do {
-                try file.write(buffer, at: self.writeOffset)
-            } catch {
-                return task.eventLoop.makeFailedFuture(Abort.failed(error))
-            }
+        case .toFile(_, let writer):
             let count = buffer.readableBytes
-            self.writeOffset += Int64(count)
-            let (total, expected) = self.run.state.withLock { state in
-                state.machine.bodyPartWritten(byteCount: count)
-                return (state.machine.bytesOnDisk, state.machine.expectedTotal)
+            // A failed write ends the exchange with the file's error ("No space left on device").
+            let room = writer.enqueue(buffer)?.flatMapErrorThrowing { error in
+                throw Abort.failed(error as? URLError ?? URLError(.cannotWriteToFile))
             }
-            self.run.observer.transferRun(self.run, didWrite: count, totalOnDisk: total, expectedTotal: expected)
-            if !self.run.bandwidthLimiters.isEmpty {
-                // No array per chunk: this runs for every network read of a limited download.
-                var pause = TimeAmount.zero
-                for limiter in self.run.bandwidthLimiters { pause = max(pause, limiter.take(count)) }
-                if pause > .zero {
-                    // Not reading for a while is what slows the sender down (TCP back-pressure).
-                    return task.eventLoop.scheduleTask(in: pause) {}.futureResult
-                }
+            var pause = TimeAmount.zero
+            // No array per chunk: this runs for every network read of a limited download.
+            for limiter in self.run.bandwidthLimiters { pause = max(pause, limiter.take(count)) }
+            if pause > .zero {
+                // Not reading for a while is what slows the sender down (TCP back-pressure).
+                let paused = task.eventLoop.scheduleTask(in: pause) {}.futureResult
+                return room.map { paused.and($0).map { _ in } } ?? paused
             }
+            if let room { return room }
         case .toObserver:
             if var body = self.cacheBody {
                 self.cacheBody = nil  // no copy-on-write while appending
@@ -233,9 +241,9 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         self.record.responseEnd = Date()
         switch self.mode {
         case .redirect(let response, let body):
-            return .redirect(response, body: body)
+            return .ended(.redirect(response, body: body))
         case .challenge(let response, let body):
-            return .challenge(response, body: body)
+            return .ended(.challenge(response, body: body))
         case .toObserver(let response):
             if let body = self.cacheBody {
                 let candidate = StoredResponse(
@@ -249,27 +257,14 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                 )
                 self.run.state.withLock { $0.cacheCandidate = candidate }
             }
-            return .completed(response, total: 0)
+            return .ended(.completed(response, total: 0))
         case .notModified(let response):
-            return .notModified(response)
+            return .ended(.notModified(response))
         case .alreadyComplete(let response, let total):
-            return .completed(response, total: total)
+            return .ended(.completed(response, total: total))
         case .toFile(let response, _):
-            let action = self.run.state.withLock { $0.machine.bodyCompleted() }
-            switch action {
-            case .finish(let total):
-                return .completed(response, total: total)
-            case .failTruncated(let received, let expected, _):
-                throw Abort.failed(
-                    URLError(
-                        .networkConnectionLost,
-                        userInfo: [
-                            NSLocalizedDescriptionKey:
-                                "the body ended after \(received) of \(expected) bytes"
-                        ]
-                    )
-                )
-            }
+            // Judged by the run once the writer has drained (bytes count once they are on disk).
+            return .fileBodyEnded(response)
         case .awaitingHead:
             throw Abort.failed(URLError(.badServerResponse))
         }

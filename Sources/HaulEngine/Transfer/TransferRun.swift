@@ -37,11 +37,10 @@ package final class TransferRun: Sendable {
     struct State: Sendable {
         var machine: DownloadStateMachine
         var stopReason: StopReason?
-        var currentTask: HTTPClient.Task<ExchangeResult>?
+        var currentTask: HTTPClient.Task<ExchangeDelegate.Response>?
         var runningTask: Task<Void, Never>?
         var file: PartialFile?
         var lastResponse: ResponseInfo?
-        var writeOffset: Int64 = 0
         /// The loader answering an intercepted request, stopped with the run.
         var interceptedLoader: (any TransferLoader)?
         /// The cache entry this run's conditional request revalidates.
@@ -104,7 +103,7 @@ package final class TransferRun: Sendable {
     /// timeout) and keeps the bytes on disk. Has no effect once the run has ended or after the
     /// first call.
     package func stop(_ reason: StopReason) {
-        let (task, running, loader) = self.state.withLock { state -> (HTTPClient.Task<ExchangeResult>?, Task<Void, Never>?, (any TransferLoader)?) in
+        let (task, running, loader) = self.state.withLock { state -> (HTTPClient.Task<ExchangeDelegate.Response>?, Task<Void, Never>?, (any TransferLoader)?) in
             guard state.stopReason == nil else { return (nil, nil, nil) }
             state.stopReason = reason
             return (state.currentTask, state.runningTask, state.interceptedLoader)
@@ -342,20 +341,47 @@ package final class TransferRun: Sendable {
             return state.stopReason != nil
         }
         if alreadyStopped { task.cancel() }
-        let result: ExchangeResult
+        let ended: Result<ExchangeDelegate.Response, any Error>
         do {
-            result = try await task.futureResult.get()
-        } catch let error as ExchangeDelegate.Abort {
+            ended = .success(try await task.futureResult.get())
+        } catch {
+            ended = .failure(error)
+        }
+        // Every queued byte is in the file (or a write failed) before the run judges the body,
+        // records a resume point or closes the file.
+        let writeFailure = await delegate.fileWriter?.drain()
+        var result: ExchangeResult
+        switch ended {
+        case .success(.ended(let exchangeResult)):
+            result = exchangeResult
+        case .success(.fileBodyEnded(let response)):
+            result = self.judgeFileBody(response)
+        case .failure(let error as ExchangeDelegate.Abort):
             switch error {
             case .requestAgainWithoutRange: result = .requestAgainWithoutRange
             case .failed(let urlError): result = .failed(urlError)
             case .serverStatus(let status, let urlError): result = .failed(urlError, serverStatus: status)
             }
-        } catch {
+        case .failure(let error):
             result = .failed(Self.urlError(for: error, url: request.url))
         }
+        // The disk's error ("No space left on device") is the cause, whatever the network did
+        // meanwhile.
+        if let writeFailure { result = .failed(writeFailure) }
         self.state.withLock { $0.currentTask = nil }
         return result
+    }
+
+    /// The end of a body written to the file: complete, or cut short by the server.
+    private func judgeFileBody(_ response: ResponseInfo) -> ExchangeResult {
+        switch self.state.withLock({ $0.machine.bodyCompleted() }) {
+        case .finish(let total):
+            return .completed(response, total: total)
+        case .failTruncated(let received, let expected, _):
+            return .failed(
+                URLError(.networkConnectionLost, userInfo: [NSLocalizedDescriptionKey: "the body ended after \(received) of \(expected) bytes"])
+            )
+        }
     }
 
     private func body(of request: TransferRequest, stream: BodyStreamSource.Stream?) throws(URLError) -> HTTPClient.Body? {

@@ -36,7 +36,7 @@ final class DaemonProcess: @unchecked Sendable {
         process.standardOutput = FileHandle.nullDevice
         let log = self.dataDirectory.deletingLastPathComponent().appendingPathComponent("hauld.log")
         try? FileManager.default.createDirectory(at: log.deletingLastPathComponent(), withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: log.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
         let handle = try FileHandle(forWritingTo: log)
         handle.seekToEndOfFile()
         process.standardError = handle

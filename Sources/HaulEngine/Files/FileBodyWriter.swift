@@ -1,0 +1,173 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import NIOCore
+import NIOPosix
+
+/// Carries one exchange's body bytes into its ``PartialFile`` off the event loop: the event
+/// loop only queues network buffers (no copy); the writes happen on a thread pool, one batch at a
+/// time per file, in order.
+///
+/// Batching adapts to the load: while one batch is being written, the buffers that arrive
+/// queue up and go out together in the next, so a fast network gives few large batches and a
+/// slow one gives a write per read with no added delay. The bytes queued or being written are
+/// bounded by `bufferLimit`: above it ``enqueue(_:)`` returns a future the exchange waits on
+/// before reading more, so a slow disk slows the sender (TCP back-pressure) instead of filling
+/// memory.
+///
+/// The file is opened (and cut to the resume offset) by the writer's first job, also off the
+/// event loop; buffers that arrive meanwhile queue behind it, so nothing the network delivered
+/// before an early connection reset is lost.
+///
+/// Every method and callback runs on `eventLoop` (the exchange's loop): the state needs no lock.
+/// `onWritten` is called on that loop once per completed batch, with the batch's byte count,
+/// in file order; bytes are reported only once they are in the file.
+package final class FileBodyWriter: @unchecked Sendable {
+    // @unchecked: all state is touched on `eventLoop` only (asserted in debug builds).
+
+    /// The bytes allowed to wait for the disk before the exchange stops reading.
+    package static let defaultBufferLimit = 4 << 20
+
+    /// The open file, once the first job has opened it.
+    private var file: PartialFile?
+    private let eventLoop: any EventLoop
+    private let pool: NIOThreadPool
+    private let bufferLimit: Int
+    private let onWritten: (Int) -> Void
+    /// Where the next queued byte goes in the file.
+    private var nextOffset: Int64
+    /// Buffers received and not handed to a write yet, in order.
+    private var queued: [ByteBuffer] = []
+    /// Bytes queued plus bytes in the batch being written.
+    private var buffered = 0
+    private var isWriting = false
+    /// The first write error; once set, nothing more is written.
+    package private(set) var failure: URLError?
+    /// The exchange waiting for the buffer to drain below half of `bufferLimit`.
+    private var roomWaiter: EventLoopPromise<Void>?
+    /// Callers of ``drained()`` waiting for the last batch.
+    private var drainWaiters: [EventLoopPromise<Void>] = []
+
+    /// Starts opening the file with `open` on `pool` at once.
+    package init(
+        open: @escaping @Sendable () throws(URLError) -> PartialFile,
+        offset: Int64,
+        eventLoop: any EventLoop,
+        pool: NIOThreadPool = .singleton,
+        bufferLimit: Int = FileBodyWriter.defaultBufferLimit,
+        onWritten: @escaping (Int) -> Void
+    ) {
+        self.nextOffset = offset
+        self.eventLoop = eventLoop
+        self.pool = pool
+        self.bufferLimit = bufferLimit
+        self.onWritten = onWritten
+        self.isWriting = true
+        pool.runIfActive(eventLoop: eventLoop) { () -> Result<PartialFile, URLError> in
+            do throws(URLError) { return .success(try open()) } catch { return .failure(error) }
+        }.whenComplete { result in
+            switch result {
+            case .success(.success(let file)):
+                self.file = file
+                self.batchEnded(BatchResult(written: 0, failure: nil), count: 0)
+            case .success(.failure(let error)):
+                self.batchEnded(BatchResult(written: 0, failure: error), count: 0)
+            case .failure(let error):
+                self.batchEnded(BatchResult(written: 0, failure: URLError(.cannotCreateFile, userInfo: [NSLocalizedDescriptionKey: "\(error)"])), count: 0)
+            }
+        }
+    }
+
+    /// Queues `buffer` for the file. Returns `nil` when the exchange may read on, a future to
+    /// wait on when the buffer is full, or a failed future once a write has failed (with the
+    /// ``failure``).
+    package func enqueue(_ buffer: ByteBuffer) -> EventLoopFuture<Void>? {
+        self.eventLoop.assertInEventLoop()
+        if let failure = self.failure { return self.eventLoop.makeFailedFuture(failure) }
+        guard buffer.readableBytes > 0 else { return nil }
+        self.queued.append(buffer)
+        self.buffered += buffer.readableBytes
+        if !self.isWriting { self.writeQueued() }
+        guard self.buffered > self.bufferLimit else { return nil }
+        if let waiter = self.roomWaiter { return waiter.futureResult }
+        let waiter = self.eventLoop.makePromise(of: Void.self)
+        self.roomWaiter = waiter
+        return waiter.futureResult
+    }
+
+    /// Succeeds once every queued byte is in the file (or nothing more will be written because
+    /// a write failed: check ``failure``). Never fails.
+    package func drained() -> EventLoopFuture<Void> {
+        self.eventLoop.assertInEventLoop()
+        guard self.isWriting else { return self.eventLoop.makeSucceededVoidFuture() }
+        let waiter = self.eventLoop.makePromise(of: Void.self)
+        self.drainWaiters.append(waiter)
+        return waiter.futureResult
+    }
+
+    /// Waits until every queued byte is in the file or a write has failed; returns the failure.
+    /// Call from any task once the exchange has ended.
+    package func drain() async -> URLError? {
+        try? await self.eventLoop.flatSubmit { self.drained().map { self.failure } }.get()
+    }
+
+    private func writeQueued() {
+        let batch = self.queued
+        self.queued.removeAll(keepingCapacity: true)
+        let offset = self.nextOffset
+        guard let file = self.file else { preconditionFailure("a batch before the file was opened") }
+        let count = batch.reduce(0) { $0 + $1.readableBytes }
+        self.nextOffset += Int64(count)
+        self.isWriting = true
+        self.pool.runIfActive(eventLoop: self.eventLoop) { () -> BatchResult in
+            var written = 0
+            for buffer in batch {
+                do throws(URLError) {
+                    try file.write(buffer, at: offset + Int64(written))
+                } catch {
+                    return BatchResult(written: written, failure: error)
+                }
+                written += buffer.readableBytes
+            }
+            return BatchResult(written: written, failure: nil)
+        }.whenComplete { result in
+            switch result {
+            case .success(let batch):
+                self.batchEnded(batch, count: count)
+            case .failure(let error):
+                self.batchEnded(BatchResult(written: 0, failure: URLError(.cannotWriteToFile, userInfo: [NSLocalizedDescriptionKey: "cannot write to \(file.path): \(error)"])), count: count)
+            }
+        }
+    }
+
+    /// What one batch wrote: the bytes in the file (a prefix of the batch), and why it stopped
+    /// short.
+    private struct BatchResult: Sendable {
+        var written: Int
+        var failure: URLError?
+    }
+
+    private func batchEnded(_ batch: BatchResult, count: Int) {
+        self.isWriting = false
+        self.buffered -= count
+        if batch.written > 0 { self.onWritten(batch.written) }
+        if let failure = batch.failure {
+            self.failure = failure
+            self.queued.removeAll()
+            self.buffered = 0
+        }
+        if self.failure == nil, !self.queued.isEmpty {
+            self.writeQueued()
+        }
+        if let waiter = self.roomWaiter, self.failure != nil || self.buffered <= self.bufferLimit / 2 {
+            self.roomWaiter = nil
+            if let failure = self.failure { waiter.fail(failure) } else { waiter.succeed(()) }
+        }
+        if !self.isWriting {
+            let waiters = self.drainWaiters
+            self.drainWaiters.removeAll()
+            for waiter in waiters { waiter.succeed(()) }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import HaulEngine
+import NIOCore
+import NIOPosix
+import Testing
+
+/// The writer that keeps disk writes off the event loop: order, back-pressure, reporting and
+/// errors, against real files (and `/dev/full` for a full disk).
+@Suite("FileBodyWriter: body bytes reach the file off the event loop")
+struct FileBodyWriterTests {
+    let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+
+    func temporaryPath() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("haul-writer-\(UUID().uuidString)").path
+    }
+
+    /// Chunks of varying sizes whose bytes encode their position, so any reordering shows.
+    func chunks(count: Int) -> [ByteBuffer] {
+        var start = 0
+        return (0..<count).map { index in
+            let size = 1 + (index * 7919) % 40_000
+            defer { start += size }
+            return ByteBuffer(bytes: (start..<(start + size)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 8) })
+        }
+    }
+
+    func expectedBytes(_ chunks: [ByteBuffer], prefix: Int = 0) -> Data {
+        var data = Data(repeating: 0xEE, count: prefix)
+        for chunk in chunks { data.append(contentsOf: chunk.readableBytesView) }
+        return data
+    }
+
+    /// Feeds `chunks` as an exchange would: from the event loop, waiting whenever asked to.
+    func feed(_ writer: FileBodyWriter, _ chunks: [ByteBuffer]) async throws -> Int {
+        var waits = 0
+        for chunk in chunks {
+            let room = try await self.eventLoop.submit { writer.enqueue(chunk) }.get()
+            if let room {
+                waits += 1
+                try await room.get()
+            }
+        }
+        return waits
+    }
+
+    @Test("Bytes land in order at the resume offset; each byte is reported once, after it is written")
+    func orderAndReporting() async throws {
+        let path = self.temporaryPath()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try Data(repeating: 0xEE, count: 1000).write(to: URL(fileURLWithPath: path))
+        let reported = ReportedBytes()
+        let writer = try await self.eventLoop.submit {
+            FileBodyWriter(
+                open: { () throws(URLError) -> PartialFile in
+                    let file = try PartialFile.open(path: path)
+                    try file.truncate(to: 1000)
+                    return file
+                },
+                offset: 1000,
+                eventLoop: self.eventLoop
+            ) { count in
+                reported.add(count, sizeOnDisk: PartialFile.size(at: path) ?? 0)
+            }
+        }.get()
+        let chunks = self.chunks(count: 400)
+        _ = try await self.feed(writer, chunks)
+        #expect(await writer.drain() == nil)
+        let expected = self.expectedBytes(chunks, prefix: 1000)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == expected)
+        #expect(reported.total == expected.count - 1000)
+        #expect(reported.neverAheadOfDisk(offset: 1000))
+        // Batches form while a write is under way: fewer reports than chunks.
+        #expect(reported.calls <= chunks.count)
+    }
+
+    @Test("Above the buffer limit the exchange is told to wait, and everything still arrives")
+    func backPressure() async throws {
+        let path = self.temporaryPath()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let writer = try await self.eventLoop.submit {
+            FileBodyWriter(
+                open: { () throws(URLError) -> PartialFile in try PartialFile.open(path: path) },
+                offset: 0,
+                eventLoop: self.eventLoop,
+                bufferLimit: 64 * 1024
+            ) { _ in }
+        }.get()
+        // Queued in one go on the loop: the first write cannot have finished, so the limit is hit.
+        let chunks = self.chunks(count: 300)
+        let rooms = try await self.eventLoop.submit { chunks.compactMap { writer.enqueue($0) } }.get()
+        #expect(!rooms.isEmpty)
+        for room in rooms { try await room.get() }
+        #expect(await writer.drain() == nil)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == self.expectedBytes(chunks))
+    }
+
+    @Test("A full disk fails the next enqueue and the drain with the system's reason")
+    func fullDisk() async throws {
+        let writer = try await self.eventLoop.submit {
+            FileBodyWriter(
+                open: { () throws(URLError) -> PartialFile in try PartialFile.open(path: "/dev/full") },
+                offset: 0,
+                eventLoop: self.eventLoop
+            ) { _ in }
+        }.get()
+        let failure = try #require(await self.eventLoop.flatSubmit { () -> EventLoopFuture<Void> in
+            _ = writer.enqueue(ByteBuffer(repeating: 1, count: 4096))
+            return writer.drained()
+        }.flatMap { self.eventLoop.submit { writer.failure } }.get())
+        #expect(failure.code == .cannotWriteToFile)
+        #expect(failure.localizedDescription.contains("No space left on device"))
+        let next = try await self.eventLoop.submit { writer.enqueue(ByteBuffer(repeating: 1, count: 10)) }.get()
+        await #expect(throws: URLError.self) { try await next?.get() }
+        #expect(await writer.drain()?.code == .cannotWriteToFile)
+    }
+
+    @Test("A file that cannot be created fails the exchange with cannotCreateFile")
+    func cannotCreate() async throws {
+        let writer = try await self.eventLoop.submit {
+            FileBodyWriter(
+                open: { () throws(URLError) -> PartialFile in try PartialFile.open(path: "/nonexistent-dir/haul/file") },
+                offset: 0,
+                eventLoop: self.eventLoop
+            ) { _ in }
+        }.get()
+        let failure = await writer.drain()
+        #expect(failure?.code == .cannotCreateFile)
+        #expect(failure?.localizedDescription.contains("No such file or directory") == true)
+    }
+}
+
+/// What the writer reported, and the file's size at each report.
+final class ReportedBytes: @unchecked Sendable {
+    private let lock = NSLock()
+    private var counts: [(count: Int, sizeOnDisk: Int64)] = []
+
+    func add(_ count: Int, sizeOnDisk: Int64) {
+        self.lock.withLock { self.counts.append((count, sizeOnDisk)) }
+    }
+
+    var total: Int { self.lock.withLock { self.counts.reduce(0) { $0 + $1.count } } }
+    var calls: Int { self.lock.withLock { self.counts.count } }
+
+    /// Every report's running total is already in the file.
+    func neverAheadOfDisk(offset: Int64) -> Bool {
+        self.lock.withLock {
+            var running = offset
+            for report in self.counts {
+                running += Int64(report.count)
+                if report.sizeOnDisk < running { return false }
+            }
+            return true
+        }
+    }
+}
