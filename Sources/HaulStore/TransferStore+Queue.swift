@@ -157,6 +157,17 @@ extension TransferStore {
         }
     }
 
+    /// How many downloads are in each state (states with none are absent).
+    public func downloadCounts() throws -> [QueuedDownloadState: Int] {
+        try self.read { db in
+            var counts: [QueuedDownloadState: Int] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM queuedDownload GROUP BY state") {
+                if let state = QueuedDownloadState(rawValue: row["state"]) { counts[state] = row["n"] }
+            }
+            return counts
+        }
+    }
+
     /// The ids of the downloads in `states`, oldest first.
     public func downloadIDs(in states: [QueuedDownloadState]) throws -> [Int64] {
         try self.read { db in

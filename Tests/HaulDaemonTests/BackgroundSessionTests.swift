@@ -103,12 +103,10 @@ struct BackgroundSessionTests {
         let daemon = try DaemonProcess()
         try await daemon.start()
         let client = try DaemonTestClient(socketPath: daemon.socketPath)
-        _ = try await client.request(.make(.attach, session: "term"))
+        _ = try await client.request(.attach("term"))
         let size: Int64 = 4_000_000
-        let created = try await client.request(.make(.createDownload, session: "term") {
-            $0.url = server.url("/file/term.bin?size=\(size)&seed=9&rate=2000000")
-        })
-        _ = try await client.request(.make(.resume, session: "term") { $0.taskID = created.taskID })
+        let created = try await client.request(.download("term", server.url("/file/term.bin?size=\(size)&seed=9&rate=2000000")))
+        _ = try await client.request(.resume("term", created.taskID))
         client.close()
         #expect(await waitUntil { server.bodyBytesSent(forKey: "term.bin") > 1_000_000 })
         #expect(await daemon.terminate() == 0, "graceful shutdown exits 0")

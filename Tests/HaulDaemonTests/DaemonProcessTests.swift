@@ -6,7 +6,7 @@ import Testing
 /// Collects a session's durable events from a fresh connection until `eventsDrained`.
 func collectBacklog(_ client: DaemonTestClient, session: String) async throws -> (tasks: [DaemonTaskSnapshot], events: [DaemonEvent]) {
     var events: [DaemonEvent] = []
-    let response = try await client.request(.make(.attach, session: session)) { events.append($0) }
+    let response = try await client.request(.attach(session)) { events.append($0) }
     if let error = response.error { throw DaemonTestError(error) }
     while let line = await client.readLine() {
         guard let event = line.event else { continue }
@@ -26,13 +26,11 @@ struct DaemonProcessTests {
         let sizes: [Int64] = [700_000, 1_300_000, 2_000_000]
 
         let first = try DaemonTestClient(socketPath: daemon.socketPath)
-        _ = try await first.request(.make(.attach, session: "app"))
+        _ = try await first.request(.attach("app"))
         for (index, size) in sizes.enumerated() {
-            let created = try await first.request(.make(.createDownload, session: "app") {
-                $0.url = server.url("/file/bg\(index)?size=\(size)&seed=\(index)&rate=4000000")
-            })
+            let created = try await first.request(.download("app", server.url("/file/bg\(index)?size=\(size)&seed=\(index)&rate=4000000")))
             let taskID = try #require(created.taskID)
-            let resumed = try await first.request(.make(.resume, session: "app") { $0.taskID = taskID })
+            let resumed = try await first.request(.resume("app", taskID))
             #expect(resumed.error == nil)
         }
         first.close()  // the client "exits" right after resume() returned
@@ -53,7 +51,7 @@ struct DaemonProcessTests {
         }
         #expect(events.filter { $0.kind == .completed }.allSatisfy { $0.errorCode == nil })
         for event in events {
-            let acknowledged = try await second.request(.make(.acknowledge, session: "app") { $0.eventID = event.eventID })
+            let acknowledged = try await second.request(.acknowledge("app", event.eventID))
             #expect(acknowledged.error == nil)
         }
         for event in events where event.kind == .finishedDownloading {
@@ -79,12 +77,10 @@ struct DaemonProcessTests {
         let rate = 2_000_000
         let count = 3
         let client = try DaemonTestClient(socketPath: daemon.socketPath)
-        _ = try await client.request(.make(.attach, session: "kill"))
+        _ = try await client.request(.attach("kill"))
         for index in 0..<count {
-            let created = try await client.request(.make(.createDownload, session: "kill") {
-                $0.url = server.url("/file/k\(index)?size=\(size)&seed=\(index + 50)&rate=\(rate)")
-            })
-            _ = try await client.request(.make(.resume, session: "kill") { $0.taskID = created.taskID })
+            let created = try await client.request(.download("kill", server.url("/file/k\(index)?size=\(size)&seed=\(index + 50)&rate=\(rate)")))
+            _ = try await client.request(.resume("kill", created.taskID))
         }
         client.close()
 
@@ -133,16 +129,12 @@ struct DaemonProcessTests {
         let daemon = try DaemonProcess()
         try await daemon.start()
         let client = try DaemonTestClient(socketPath: daemon.socketPath)
-        _ = try await client.request(.make(.attach, session: "retry"))
+        _ = try await client.request(.attach("retry"))
         let size: Int64 = 900_000
-        let cut = try await client.request(.make(.createDownload, session: "retry") {
-            $0.url = server.url("/file/cut.bin?size=\(size)&seed=4&cutAfter=300000&cutTimes=2&cutMode=close")
-        })
-        _ = try await client.request(.make(.resume, session: "retry") { $0.taskID = cut.taskID })
-        let busy = try await client.request(.make(.createDownload, session: "retry") {
-            $0.url = server.url("/file/busy.bin?size=1000&seed=5&fail503=1&retryAfter=1")
-        })
-        _ = try await client.request(.make(.resume, session: "retry") { $0.taskID = busy.taskID })
+        let cut = try await client.request(.download("retry", server.url("/file/cut.bin?size=\(size)&seed=4&cutAfter=300000&cutTimes=2&cutMode=close")))
+        _ = try await client.request(.resume("retry", cut.taskID))
+        let busy = try await client.request(.download("retry", server.url("/file/busy.bin?size=1000&seed=5&fail503=1&retryAfter=1")))
+        _ = try await client.request(.resume("retry", busy.taskID))
         var events: [DaemonEvent] = []
         let watchdog = Task {
             try await Task.sleep(for: .seconds(30))
@@ -169,18 +161,13 @@ struct DaemonProcessTests {
         let daemon = try DaemonProcess()
         try await daemon.start(extraArguments: ["--maximum-transfers", "1"])
         let client = try DaemonTestClient(socketPath: daemon.socketPath)
-        _ = try await client.request(.make(.attach, session: "slots"))
+        _ = try await client.request(.attach("slots"))
         let size: Int64 = 3_000_000
-        let background = try await client.request(.make(.createDownload, session: "slots") {
-            $0.url = server.url("/file/idle.bin?size=\(size)&seed=2&rate=1500000")
-            $0.isDiscretionary = true
-        })
-        _ = try await client.request(.make(.resume, session: "slots") { $0.taskID = background.taskID })
+        let background = try await client.request(.download("slots", server.url("/file/idle.bin?size=\(size)&seed=2&rate=1500000"), isDiscretionary: true))
+        _ = try await client.request(.resume("slots", background.taskID))
         #expect(await waitUntil { server.bodyBytesSent(forKey: "idle.bin") > 300_000 })
-        let urgent = try await client.request(.make(.createDownload, session: "slots") {
-            $0.url = server.url("/file/urgent.bin?size=200000&seed=3")
-        })
-        _ = try await client.request(.make(.resume, session: "slots") { $0.taskID = urgent.taskID })
+        let urgent = try await client.request(.download("slots", server.url("/file/urgent.bin?size=200000&seed=3")))
+        _ = try await client.request(.resume("slots", urgent.taskID))
         var completions: [Int64] = []
         var held: [Int64: String] = [:]
         let watchdog = Task {
@@ -209,26 +196,19 @@ struct DaemonProcessTests {
         let daemon = try DaemonProcess()
         try await daemon.start()
         let client = try DaemonTestClient(socketPath: daemon.socketPath)
-        _ = try await client.request(.make(.attach, session: "cancel"))
+        _ = try await client.request(.attach("cancel"))
         var events: [DaemonEvent] = []
-        let keep = try await client.request(.make(.createDownload, session: "cancel") {
-            $0.url = server.url("/file/keep.bin?size=2000000&seed=1&stallAfter=500000")
-        })
-        _ = try await client.request(.make(.resume, session: "cancel") { $0.taskID = keep.taskID })
+        let keep = try await client.request(.download("cancel", server.url("/file/keep.bin?size=2000000&seed=1&stallAfter=500000")))
+        _ = try await client.request(.resume("cancel", keep.taskID))
         #expect(await waitUntil { server.bodyBytesSent(forKey: "keep.bin") == 500_000 })
         try await Task.sleep(for: .milliseconds(200))
-        let kept = try await client.request(.make(.cancel, session: "cancel") {
-            $0.taskID = keep.taskID
-            $0.produceResumeData = true
-        }) { events.append($0) }
+        let kept = try await client.request(.cancel("cancel", keep.taskID, produceResumeData: true)) { events.append($0) }
         let resumeData = try ResumeData.decode(try #require(kept.resumeData))
         #expect(resumeData.resumePoint.offset == 500_000)
         #expect(FileManager.default.fileExists(atPath: resumeData.partialFilePath))
 
-        let drop = try await client.request(.make(.createDownload, session: "cancel") {
-            $0.url = server.url("/file/drop.bin?size=100000")
-        }) { events.append($0) }
-        let dropped = try await client.request(.make(.cancel, session: "cancel") { $0.taskID = drop.taskID }) { events.append($0) }
+        let drop = try await client.request(.download("cancel", server.url("/file/drop.bin?size=100000"))) { events.append($0) }
+        let dropped = try await client.request(.cancel("cancel", drop.taskID)) { events.append($0) }
         #expect(dropped.error == nil)
         #expect(dropped.resumeData == nil)
         let watchdog = Task {
@@ -242,10 +222,10 @@ struct DaemonProcessTests {
         let completions = events.filter { $0.kind == .completed }
         #expect(completions.map(\.taskID) == [keep.taskID, drop.taskID])
         #expect(completions.allSatisfy { $0.errorCode == URLError.Code.cancelled.rawValue })
-        #expect(try await client.request(.make(.listTasks, session: "cancel")).tasks?.isEmpty == true)
-        let again = try await client.request(.make(.resume, session: "cancel") { $0.taskID = drop.taskID })
+        #expect(try await client.request(.listTasks("cancel")).tasks?.isEmpty == true)
+        let again = try await client.request(.resume("cancel", drop.taskID))
         #expect(again.error == nil, "resuming a cancelled task does nothing")
-        #expect(try await client.request(.make(.listTasks, session: "cancel")).tasks?.isEmpty == true, "it stays gone")
+        #expect(try await client.request(.listTasks("cancel")).tasks?.isEmpty == true, "it stays gone")
         #expect(server.requestCount(forKey: "drop.bin") == 0)
         client.close()
         _ = await daemon.terminate()
@@ -269,7 +249,7 @@ struct DaemonProcessTests {
         #expect(second.terminationStatus == 1)
         #expect(String(decoding: output, as: UTF8.self).contains("already running"))
         let client = try DaemonTestClient(socketPath: daemon.socketPath)
-        #expect(try await client.request(DaemonRequest(id: 0, method: .ping)).processID == daemon.process?.processIdentifier)
+        #expect(try await client.request(.ping).processID == daemon.process?.processIdentifier)
         client.close()
         _ = await daemon.terminate()
         daemon.cleanUp()
@@ -286,23 +266,37 @@ struct DaemonProcessTests {
         let unknown = await client.readLine()?.response
         #expect(unknown?.id == 7)
         #expect(unknown?.error?.contains("malformed") == true)
-        let missing = try await client.request(DaemonRequest(id: 0, method: .resume))
-        #expect(missing.error?.contains("needs 'session'") == true)
-        let badURL = try await client.request(.make(.createDownload, session: "s") { $0.url = URL(string: "ftp://127.0.0.1/x") })
+        #expect(unknown?.error?.contains("unknown method 'fly'") == true)
+        // Each method's payload is checked: the answer names the method and the field.
+        let malformed: [(line: String, answer: String)] = [
+            (#"{"id":8,"method":"resume","taskID":3}"#, "resume needs 'session'"),
+            (#"{"id":9,"method":"queueGet","downloadID":"x"}"#, "wrong value at 'downloadID'"),
+            (#"{"id":10,"method":"queueList","limit":-1}"#, "'limit' cannot be negative"),
+            (#"{"id":11,"method":"queueSetSpeedLimit","downloadID":1}"#, "queueSetSpeedLimit needs 'speedLimit'"),
+            (#"{"id":12,"method":"attach","session":""}"#, "needs a non-empty 'session'"),
+            (#"{"id":13,"method":"queueRemove","all":true}"#, "use queuePurge"),
+            (#"{"id":14,"method":"createUpload","session":"s","url":"http://127.0.0.1/u"}"#, "createUpload needs 'filePath'"),
+        ]
+        for (line, answer) in malformed {
+            client.sendRaw(Array((line + "\n").utf8))
+            let response = await client.readLine()?.response
+            #expect(response?.error?.contains(answer) == true, "\(line) → \(response?.error ?? "no answer")")
+        }
+        let badURL = try await client.request(.download("s", URL(string: "ftp://127.0.0.1/x")!))
         #expect(badURL.error?.contains("only http and https") == true)
-        let noTask = try await client.request(.make(.resume, session: "s") { $0.taskID = 999 })
+        let noTask = try await client.request(.resume("s", 999))
         #expect(noTask.error?.contains("no task 999") == true)
-        _ = try await client.request(.make(.attach, session: "taken"))
+        _ = try await client.request(.attach("taken"))
 
         let rival = try DaemonTestClient(socketPath: daemon.socketPath)
-        let refused = try await rival.request(.make(.attach, session: "taken"))
+        let refused = try await rival.request(.attach("taken"))
         #expect(refused.error?.contains("already in use") == true)
         // A line of 2 MiB without a newline closes that connection only.
         rival.sendRaw([UInt8](repeating: UInt8(ascii: "x"), count: 2 << 20))
         while await rival.readLine() != nil {}
         rival.close()
 
-        #expect(try await client.request(DaemonRequest(id: 0, method: .ping)).processID != nil, "the daemon is still up")
+        #expect(try await client.request(.ping).processID != nil, "the daemon is still up")
         client.close()
         _ = await daemon.terminate()
         daemon.cleanUp()

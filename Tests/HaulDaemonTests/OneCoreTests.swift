@@ -15,10 +15,7 @@ struct OneCoreTests {
         let downloads = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("downloads")
         let client = try DaemonTestClient(socketPath: daemon.socketPath)
         for (key, value) in [("max-concurrent", "16"), ("max-per-host", "4"), ("speed-limit", "2M")] {
-            let answer = try await client.request(.make(.queueSettings, session: "") {
-                $0.settingKey = key
-                $0.settingValue = value
-            })
+            let answer = try await client.request(DaemonRequest(.queueSettings(.init(settingKey: key, settingValue: value))))
             #expect(answer.error == nil, "\(answer.error ?? "")")
         }
         let size: Int64 = 700_000
@@ -32,18 +29,22 @@ struct OneCoreTests {
                 completed += 1
             }
         }
-        let added = try await client.request(.make(.queueAdd, session: "") { request in
-            request.downloads = (0..<4).map { index in
-                NewDownload(urls: [server.url("/file/q\(index)?size=\(size)&seed=\(index + 30)")], directory: downloads.path)
-            }
-        })
+        let added = try await client.request(
+            DaemonRequest(
+                .queueAdd(
+                    .batch(
+                        (0..<4).map { index in
+                            NewDownload(urls: [server.url("/file/q\(index)?size=\(size)&seed=\(index + 30)")], directory: downloads.path)
+                        }
+                    )
+                )
+            )
+        )
         #expect(added.downloads?.count == 4, "\(added.error ?? "")")
-        _ = try await client.request(.make(.attach, session: "shared"), events: count)
+        _ = try await client.request(.attach("shared"), events: count)
         for index in 0..<4 {
-            let created = try await client.request(.make(.createDownload, session: "shared") {
-                $0.url = server.url("/file/bg\(index)?size=\(size)&seed=\(index + 20)")
-            }, events: count)
-            _ = try await client.request(.make(.resume, session: "shared") { $0.taskID = created.taskID }, events: count)
+            let created = try await client.request(.download("shared", server.url("/file/bg\(index)?size=\(size)&seed=\(index + 20)")), events: count)
+            _ = try await client.request(.resume("shared", created.taskID), events: count)
         }
         let watchdog = Task {
             try await Task.sleep(for: .seconds(60))
@@ -54,7 +55,7 @@ struct OneCoreTests {
         }
         var queueDone = false
         for _ in 0..<600 where !queueDone {
-            let list = try await client.request(.make(.queueList, session: ""), events: count)
+            let list = try await client.request(DaemonRequest(.queueList(QueuePage())), events: count)
             queueDone = list.downloads?.allSatisfy { $0.state == .complete } == true
             if !queueDone { try await Task.sleep(for: .milliseconds(50)) }
         }

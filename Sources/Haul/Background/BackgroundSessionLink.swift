@@ -35,10 +35,7 @@ final class BackgroundSessionLink: Sendable {
         let client = try BackgroundDaemonClient.connect(paths: self.paths)
         client.onEvent.withLock { $0 = { [weak self] event in self?.handle(event) } }
         client.onClose.withLock { $0 = { [weak self] in self?.connectionLost() } }
-        var request = DaemonRequest(id: 0, method: .attach)
-        request.session = self.identifier
-        request.protocolVersion = DaemonProtocol.version
-        request.launchCommand = self.launchCommand
+        let request = DaemonRequest(.attach(.init(session: self.identifier, launchCommand: self.launchCommand)))
         // Recorded before the attach: the backlog follows its answer at once, and handling it
         // needs the connection to acknowledge events.
         self.state.withLock { $0.client = client }
@@ -56,15 +53,13 @@ final class BackgroundSessionLink: Sendable {
         }
     }
 
-    /// Sends a request on behalf of a task, blocking until the daemon answered.
-    func call(_ method: DaemonRequest.Method, configure: (inout DaemonRequest) -> Void = { _ in }) throws -> DaemonResponse {
+    /// Sends a request on behalf of a task, blocking until the daemon answered. `command`
+    /// is given this session's identifier.
+    func call(_ command: (_ session: String) -> DaemonRequest.Command) throws -> DaemonResponse {
         guard let client = self.state.withLock({ $0.client }) else {
             throw BackgroundDaemonClient.Failure(description: "not connected to hauld")
         }
-        var request = DaemonRequest(id: 0, method: method)
-        request.session = self.identifier
-        configure(&request)
-        return try client.call(request)
+        return try client.call(DaemonRequest(command(self.identifier)))
     }
 
     /// Stops reconnecting from now on; the connection itself stays until ``close()``.
@@ -125,7 +120,7 @@ final class BackgroundSessionLink: Sendable {
                 task.setRemoteResponse(status: status, headers: event.responseHeaders ?? HTTPHeaderFields(), url: url)
             }
             let acknowledge: @Sendable () -> Void = { [weak self] in
-                _ = try? self?.call(.acknowledge) { $0.eventID = eventID }
+                _ = try? self?.call { .acknowledge(.init(session: $0, eventID: eventID)) }
             }
             if event.kind == .finishedDownloading, let held = event.heldFilePath {
                 task.remoteFinished(heldFile: URL(fileURLWithPath: held), acknowledge: acknowledge)

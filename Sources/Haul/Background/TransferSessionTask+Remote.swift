@@ -14,17 +14,14 @@ extension TransferSessionTask {
             case .none, .deliverResult:
                 break
             case .startTransfer:
-                _ = try link.call(.resume) { $0.taskID = taskID }
+                _ = try link.call { .resume(.init(session: $0, taskID: taskID)) }
             case .pauseTransfer:
-                _ = try link.call(.suspend) { $0.taskID = taskID }
+                _ = try link.call { .suspend(.init(session: $0, taskID: taskID)) }
                 let next = self.inner.withLock { $0.lifecycle.transferStopped() }
                 if next != .none { self.performRemote(next, taskID: taskID) }
             case .cancelTransfer, .completeAsCancelled:
                 let wantsResumeData = self.inner.withLock { $0.wantsResumeData }
-                let response = try link.call(.cancel) {
-                    $0.taskID = taskID
-                    $0.produceResumeData = wantsResumeData
-                }
+                let response = try link.call { .cancel(.init(session: $0, taskID: taskID, produceResumeData: wantsResumeData)) }
                 // The daemon queues the completion; it arrives as an event.
                 self.deliverResumeData(response.resumeData)
             }

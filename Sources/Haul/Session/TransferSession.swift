@@ -221,13 +221,18 @@ public final class TransferSession: Sendable {
                 throw URLError(.cannotConnectToHost, userInfo: [NSLocalizedDescriptionKey: "the background session is not connected to hauld"])
             }
             let engineRequest = try TransferRequest(request, additionalHeaders: self.configurationSnapshot.httpAdditionalHeaders, isDownload: false)
-            let response = try link.call(.createUpload) {
-                $0.url = engineRequest.url
-                $0.headers = engineRequest.headers
-                $0.httpMethod = engineRequest.method
-                $0.filePath = fileURL.standardizedFileURL.path
-                $0.isDiscretionary = self.configurationCopy.value.isDiscretionary
-                $0.resourceTimeout = self.configurationSnapshot.timeoutIntervalForResource
+            let options = self.backgroundTaskOptions
+            let response = try link.call {
+                .createUpload(
+                    .init(
+                        session: $0,
+                        url: engineRequest.url,
+                        filePath: fileURL.standardizedFileURL.path,
+                        httpMethod: engineRequest.method,
+                        headers: engineRequest.headers,
+                        options: options
+                    )
+                )
             }
             guard let id = response.taskID, let task = self.remoteTask(id: id, url: engineRequest.url, isUpload: true) as? TransferSessionUploadTask else {
                 throw URLError(.badServerResponse)
@@ -244,6 +249,14 @@ public final class TransferSession: Sendable {
         }
     }
 
+    /// How this session's configuration shapes a task created in `hauld`.
+    private var backgroundTaskOptions: DaemonRequest.TaskOptions {
+        DaemonRequest.TaskOptions(
+            isDiscretionary: self.configurationCopy.value.isDiscretionary,
+            resourceTimeout: self.configurationSnapshot.timeoutIntervalForResource
+        )
+    }
+
     /// A download task created in `hauld` for a background session.
     private func makeBackgroundDownloadTask(request: URLRequest) -> TransferSessionDownloadTask {
         do {
@@ -254,11 +267,9 @@ public final class TransferSession: Sendable {
             guard engineRequest.method == "GET", case .none = engineRequest.body else {
                 throw URLError(.unsupportedURL, userInfo: [NSLocalizedDescriptionKey: "background download tasks send GET requests without a body"])
             }
-            let response = try link.call(.createDownload) {
-                $0.url = engineRequest.url
-                $0.headers = engineRequest.headers
-                $0.isDiscretionary = self.configurationCopy.value.isDiscretionary
-                $0.resourceTimeout = self.configurationSnapshot.timeoutIntervalForResource
+            let options = self.backgroundTaskOptions
+            let response = try link.call {
+                .createDownload(.init(session: $0, source: .url(engineRequest.url, headers: engineRequest.headers), options: options))
             }
             guard let id = response.taskID, let task = self.remoteTask(id: id, url: engineRequest.url, isUpload: false) as? TransferSessionDownloadTask else {
                 throw URLError(.badServerResponse)
@@ -285,11 +296,8 @@ public final class TransferSession: Sendable {
             }
             let response: DaemonResponse
             do {
-                response = try link.call(.createDownload) {
-                    $0.resumeData = resumeData
-                    $0.isDiscretionary = self.configurationCopy.value.isDiscretionary
-                    $0.resourceTimeout = self.configurationSnapshot.timeoutIntervalForResource
-                }
+                let options = self.backgroundTaskOptions
+                response = try link.call { .createDownload(.init(session: $0, source: .resumeData(resumeData), options: options)) }
             } catch {
                 throw URLError(.fileDoesNotExist, userInfo: [NSLocalizedDescriptionKey: "\(error)"])
             }

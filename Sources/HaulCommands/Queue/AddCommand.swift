@@ -111,7 +111,7 @@ struct AddCommand: ParsableCommand {
             )
         }
         // One request, one transaction in hauld: all are added or none.
-        let added = try client.call(.queueAdd) { $0.downloads = downloads }.downloads ?? []
+        let added = try client.call(.queueAdd(.batch(downloads))).downloads ?? []
         if self.json {
             print(QueueFormatting.json(added))
         } else if added.count > 20 {

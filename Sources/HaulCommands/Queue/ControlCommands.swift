@@ -20,7 +20,7 @@ struct PauseCommand: ParsableCommand {
     }
 
     func run() throws {
-        try runControl(.queuePause, ids: self.ids, all: self.all, verb: "paused", start: self.connection.start)
+        try runControl({ .queuePause(.one($0)) }, ids: self.ids, all: self.all ? .queuePause(.all) : nil, verb: "paused", start: self.connection.start)
     }
 }
 
@@ -42,7 +42,7 @@ struct ResumeCommand: ParsableCommand {
     }
 
     func run() throws {
-        try runControl(.queueResume, ids: self.ids, all: self.all, verb: "resumed", start: self.connection.start)
+        try runControl({ .queueResume(.one($0)) }, ids: self.ids, all: self.all ? .queueResume(.all) : nil, verb: "resumed", start: self.connection.start)
     }
 }
 
@@ -61,7 +61,7 @@ struct CancelCommand: ParsableCommand {
     func validate() throws { _ = try parseDownloadIDs(self.ids) }
 
     func run() throws {
-        try runControl(.queueCancel, ids: self.ids, all: false, verb: "cancelled", start: self.connection.start)
+        try runControl({ .queueCancel(.init(downloadID: $0)) }, ids: self.ids, all: nil, verb: "cancelled", start: self.connection.start)
     }
 }
 
@@ -80,7 +80,7 @@ struct RemoveCommand: ParsableCommand {
     func validate() throws { _ = try parseDownloadIDs(self.ids) }
 
     func run() throws {
-        try runControl(.queueRemove, ids: self.ids, all: false, verb: "removed", start: self.connection.start)
+        try runControl({ .queueRemove(.one($0)) }, ids: self.ids, all: nil, verb: "removed", start: self.connection.start)
     }
 }
 
@@ -127,27 +127,30 @@ struct SetURLCommand: ParsableCommand {
         let url = try AddCommand.httpURL(self.url)
         let client = try QueueClient.connect(start: self.connection.start)
         defer { client.close() }
-        _ = try client.call(.queueSetURL) { request in
-            request.downloadID = id
-            request.url = url
-        }
+        _ = try client.call(.queueSetURL(.init(downloadID: id, url: url)))
         print("download \(id) now fetches \(url.absoluteString)")
     }
 }
 
-/// One request per id (or one with `all`); every id is tried, the status says whether all worked.
-private func runControl(_ method: DaemonRequest.Method, ids: [String], all: Bool, verb: String, start: Bool) throws {
+/// One request per id (or the one `all` request); every id is tried, the status says whether all worked.
+private func runControl(
+    _ command: (Int64) -> DaemonRequest.Command,
+    ids: [String],
+    all: DaemonRequest.Command?,
+    verb: String,
+    start: Bool
+) throws {
     let client = try QueueClient.connect(start: start)
     defer { client.close() }
-    if all {
-        let count = try client.call(method) { $0.all = true }.count ?? 0
+    if let all {
+        let count = try client.call(all).count ?? 0
         print("\(verb) \(count) download\(count == 1 ? "" : "s")")
         return
     }
     var failed = false
     for id in try parseDownloadIDs(ids) {
         do {
-            _ = try client.call(method) { $0.downloadID = id }
+            _ = try client.call(command(id))
             print("\(verb) \(id)")
         } catch {
             failed = true

@@ -29,10 +29,7 @@ struct LimitCommand: ParsableCommand {
         defer { client.close() }
         let limit = SpeedLimit.parse(self.rate) ?? 0
         for id in try parseDownloadIDs(self.ids) {
-            _ = try client.call(.queueSetSpeedLimit) { request in
-                request.downloadID = id
-                request.speedLimit = limit
-            }
+            _ = try client.call(.queueSetSpeedLimit(.init(downloadID: id, speedLimit: limit)))
             print("download \(id): speed limit \(limit == 0 ? "none" : ByteCountFormatting.bytes(limit) + "/s")")
         }
     }

@@ -14,7 +14,7 @@ struct ListCommand: ParsableCommand {
     func run() throws {
         let client = try QueueClient.connect(start: self.connection.start)
         defer { client.close() }
-        let downloads = try client.call(.queueList).downloads ?? []
+        let downloads = try client.call(.queueList(QueuePage())).downloads ?? []
         print(self.json ? QueueFormatting.json(downloads) : QueueFormatting.table(downloads, width: max(100, Terminal.width)))
     }
 }
@@ -35,7 +35,7 @@ struct ShowCommand: ParsableCommand {
         let id = try parseDownloadIDs([self.id])[0]
         let client = try QueueClient.connect(start: self.connection.start)
         defer { client.close() }
-        guard let download = try client.call(.queueGet, { $0.downloadID = id }).download else { throw ExitStatus.generic }
+        guard let download = try client.call(.queueGet(.init(downloadID: id))).download else { throw ExitStatus.generic }
         print(self.json ? QueueFormatting.json(download) : QueueFormatting.details(download))
     }
 }

@@ -44,11 +44,9 @@ struct QueueClient {
     }
 
     /// Sends a request; a refusal becomes a message on standard error and exit status 1.
-    func call(_ method: DaemonRequest.Method, _ configure: (inout DaemonRequest) -> Void = { _ in }) throws -> DaemonResponse {
-        var request = DaemonRequest(id: 0, method: method)
-        configure(&request)
+    func call(_ command: DaemonRequest.Command) throws -> DaemonResponse {
         do {
-            return try self.connection.call(request)
+            return try self.connection.call(DaemonRequest(command))
         } catch {
             Terminal.writeError("haul: \(error)\n")
             throw ExitStatus.generic

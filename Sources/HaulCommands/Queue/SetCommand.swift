@@ -29,10 +29,8 @@ struct SetCommand: ParsableCommand {
     func run() throws {
         let client = try QueueClient.connect(start: self.connection.start)
         defer { client.close() }
-        let response = try client.call(.queueSettings) { request in
-            request.settingKey = self.key
-            request.settingValue = self.value
-        }
+        let change = self.key.flatMap { key in self.value.map { DaemonRequest.SettingChange(settingKey: key, settingValue: $0) } }
+        let response = try client.call(.queueSettings(change))
         if let settings = response.settings { print(QueueFormatting.settings(settings)) }
     }
 }

@@ -47,7 +47,7 @@ final class QueueFollower: Sendable {
             }
             self.changed.signal()
         }
-        let all = try client.call(.queueList).downloads ?? []
+        let all = try client.call(.queueList(QueuePage())).downloads ?? []
         self.state.withLock { state in
             for download in all where state.downloads[download.id] == nil { state.downloads[download.id] = download }
             state.isClosed = false

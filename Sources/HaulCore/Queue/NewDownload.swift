@@ -39,8 +39,14 @@ public struct NewDownload: Codable, Sendable, Hashable {
     }
 
     public init(from decoder: any Decoder) throws {
+        try self.init(optionsFrom: decoder)
+        self.urls = try decoder.container(keyedBy: CodingKeys.self).decode([URL].self, forKey: .urls)
+    }
+
+    /// Everything but the URLs (left empty), for requests that give them another way.
+    package init(optionsFrom decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        self.urls = try container.decode([URL].self, forKey: .urls)
+        self.urls = []
         self.directory = try container.decodeIfPresent(String.self, forKey: .directory)
         self.fileName = try container.decodeIfPresent(String.self, forKey: .fileName)
         self.checksum = try container.decodeIfPresent(String.self, forKey: .checksum)
@@ -66,5 +72,22 @@ public struct QueuePage: Codable, Sendable, Hashable {
         self.limit = limit.map { max(0, $0) }
         self.states = states
         self.search = search
+    }
+
+    enum CodingKeys: String, CodingKey { case offset, limit, states, search }
+
+    /// Every field may be left out; a negative `offset` or `limit` is an error, not a guess.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let offset = try container.decodeIfPresent(Int.self, forKey: .offset) ?? 0
+        let limit = try container.decodeIfPresent(Int.self, forKey: .limit)
+        if offset < 0 { throw DecodingError.dataCorruptedError(forKey: .offset, in: container, debugDescription: "'offset' cannot be negative") }
+        if let limit, limit < 0 { throw DecodingError.dataCorruptedError(forKey: .limit, in: container, debugDescription: "'limit' cannot be negative") }
+        self.init(
+            offset: offset,
+            limit: limit,
+            states: try container.decodeIfPresent([QueuedDownloadState].self, forKey: .states),
+            search: try container.decodeIfPresent(String.self, forKey: .search)
+        )
     }
 }

@@ -307,6 +307,19 @@ public final class DownloadQueue: TransferOwner, Sendable {
         }
     }
 
+    /// Drops the downloads of `ids` from the list (cancelling those in progress); returns how
+    /// many were dropped. Unknown ids are skipped.
+    public func remove(ids: [Int64]) async throws -> Int {
+        var removed = 0
+        for id in ids where (try? await self.cancel(id: id, deleteFromList: true)) != nil { removed += 1 }
+        return removed
+    }
+
+    /// How many downloads are in each state, for tab and filter counts.
+    public func stateCounts() throws -> [QueuedDownloadState: Int] {
+        try self.store.downloadCounts()
+    }
+
     public func pauseAll() async throws -> Int { try await self.pause(ids: nil) }
     public func resumeAll() async throws -> Int { try await self.resume(ids: nil) }
 

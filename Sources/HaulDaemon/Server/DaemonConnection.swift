@@ -67,7 +67,7 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
         do {
             request = try JSONDecoder().decode(DaemonRequest.self, from: Data(line.readableBytesView))
         } catch {
-            connection.respond(DaemonResponse(id: Self.requestID(in: line), error: "malformed request: \(Self.describe(error))"))
+            connection.respond(DaemonResponse(id: Self.requestID(in: line), error: "malformed request: \(Self.describe(error, line: line))"))
             return
         }
         let daemon = self.daemon
@@ -75,7 +75,7 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
         let web = self.web
         Task {
             var response = await DaemonRequestHandler.handle(request, daemon: daemon, queue: queue, connection: connection)
-            if request.method == .webUI, response.error == nil {
+            if case .webUI = request.command, response.error == nil {
                 if let address = web?.address {
                     response.webURL = address
                 } else {
@@ -83,8 +83,8 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
                 }
             }
             connection.respond(response)
-            if request.method == .attach, response.error == nil, let session = request.session {
-                daemon.sendBacklog(session: session)
+            if case .attach(let attach) = request.command, response.error == nil {
+                daemon.sendBacklog(session: attach.session)
             }
         }
     }
@@ -101,14 +101,21 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
         return object["id"] as? Int ?? 0
     }
 
-    private static func describe(_ error: any Error) -> String {
+    /// Why a line is not a request, in the client's terms: "resume needs 'taskID'".
+    private static func describe(_ error: any Error, line: ByteBuffer) -> String {
+        let object = try? JSONSerialization.jsonObject(with: Data(line.readableBytesView)) as? [String: Any]
+        let method = (object?["method"] as? String).flatMap(DaemonRequest.Method.init(rawValue:))?.rawValue
         switch error {
-        case DecodingError.keyNotFound(let key, _): "missing field '\(key.stringValue)'"
+        case DecodingError.keyNotFound(let key, _):
+            return method.map { "\($0) needs '\(key.stringValue)'" } ?? "missing field '\(key.stringValue)'"
         case DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context):
-            "wrong value at '\(context.codingPath.map(\.stringValue).joined(separator: "."))'"
+            return "wrong value at '\(context.codingPath.map(\.stringValue).joined(separator: "."))'"
         case DecodingError.dataCorrupted(let context):
-            context.codingPath.isEmpty ? "not JSON" : "bad value at '\(context.codingPath.map(\.stringValue).joined(separator: "."))'"
-        default: "\(error)"
+            if context.codingPath.isEmpty { return "not JSON" }
+            return context.debugDescription.contains("'") ? context.debugDescription
+                : "bad value at '\(context.codingPath.map(\.stringValue).joined(separator: "."))'"
+        default:
+            return "\(error)"
         }
     }
 }
@@ -118,68 +125,52 @@ enum DaemonRequestHandler {
     static func handle(_ request: DaemonRequest, daemon: TransferDaemon, queue: DownloadQueue, connection: DaemonConnection) async -> DaemonResponse {
         var response = DaemonResponse(id: request.id)
         do {
-            switch request.method {
+            switch request.command {
             case .queueAdd, .queueList, .queueGet, .queuePause, .queueResume, .queueCancel, .queueRemove, .queuePurge,
                 .queueSetURL, .queueSettings, .queueSubscribe, .queueSetSpeedLimit:
-                try await QueueRequestHandler.handle(request, queue: queue, connection: connection, into: &response)
+                try await QueueRequestHandler.handle(request.command, queue: queue, connection: connection, into: &response)
             case .ping, .webUI:
                 response.processID = getpid()
-            case .attach:
-                if let version = request.protocolVersion, version != DaemonProtocol.version {
+            case .attach(let attach):
+                if let version = attach.protocolVersion, version != DaemonProtocol.version {
                     throw DaemonError("protocol version \(version) is not supported (daemon speaks \(DaemonProtocol.version))")
                 }
                 response.tasks = try await daemon.attach(
-                    session: try Self.session(request),
-                    launchCommand: request.launchCommand,
+                    session: try Self.session(attach.session, request),
+                    launchCommand: attach.launchCommand,
                     client: connection
                 )
-            case .listTasks:
-                response.tasks = try daemon.snapshots(session: try Self.session(request))
-            case .createDownload where request.resumeData != nil:
-                response.taskID = try daemon.createDownload(
-                    session: try Self.session(request),
-                    resumeData: request.resumeData!,
-                    taskDescription: request.taskDescription,
-                    isDiscretionary: request.isDiscretionary ?? false,
-                    resourceTimeout: request.resourceTimeout ?? 7 * 24 * 3600
-                )
-            case .createDownload:
-                guard let url = request.url else { throw DaemonError("createDownload needs 'url'") }
-                response.taskID = try daemon.createDownload(
-                    session: try Self.session(request),
-                    url: url,
-                    headers: request.headers ?? HTTPHeaderFields(),
-                    taskDescription: request.taskDescription,
-                    isDiscretionary: request.isDiscretionary ?? false,
-                    resourceTimeout: request.resourceTimeout ?? 7 * 24 * 3600
-                )
-            case .createUpload:
-                guard let url = request.url, let filePath = request.filePath else {
-                    throw DaemonError("createUpload needs 'url' and 'filePath'")
+            case .listTasks(let reference):
+                response.tasks = try daemon.snapshots(session: try Self.session(reference.session, request))
+            case .createDownload(let create):
+                let session = try Self.session(create.session, request)
+                switch create.source {
+                case .resumeData(let data):
+                    response.taskID = try daemon.createDownload(session: session, resumeData: data, options: create.options)
+                case .url(let url, let headers):
+                    response.taskID = try daemon.createDownload(session: session, url: url, headers: headers, options: create.options)
                 }
+            case .createUpload(let create):
                 response.taskID = try daemon.createUpload(
-                    session: try Self.session(request),
-                    url: url,
-                    method: request.httpMethod ?? "POST",
-                    filePath: filePath,
-                    headers: request.headers ?? HTTPHeaderFields(),
-                    taskDescription: request.taskDescription,
-                    isDiscretionary: request.isDiscretionary ?? false,
-                    resourceTimeout: request.resourceTimeout ?? 7 * 24 * 3600
+                    session: try Self.session(create.session, request),
+                    url: create.url,
+                    method: create.httpMethod,
+                    filePath: create.filePath,
+                    headers: create.headers,
+                    options: create.options
                 )
-            case .resume:
-                try daemon.resume(session: try Self.session(request), taskID: try Self.taskID(request))
-            case .suspend:
-                try daemon.suspend(session: try Self.session(request), taskID: try Self.taskID(request))
-            case .cancel:
+            case .resume(let task):
+                try daemon.resume(session: try Self.session(task.session, request), taskID: task.taskID)
+            case .suspend(let task):
+                try daemon.suspend(session: try Self.session(task.session, request), taskID: task.taskID)
+            case .cancel(let cancel):
                 response.resumeData = try await daemon.cancel(
-                    session: try Self.session(request),
-                    taskID: try Self.taskID(request),
-                    produceResumeData: request.produceResumeData ?? false
+                    session: try Self.session(cancel.session, request),
+                    taskID: cancel.taskID,
+                    produceResumeData: cancel.produceResumeData
                 )
-            case .acknowledge:
-                guard let eventID = request.eventID else { throw DaemonError("acknowledge needs 'eventID'") }
-                try daemon.acknowledge(session: try Self.session(request), eventID: eventID)
+            case .acknowledge(let acknowledge):
+                try daemon.acknowledge(session: try Self.session(acknowledge.session, request), eventID: acknowledge.eventID)
             }
         } catch {
             return DaemonResponse(id: request.id, error: "\(error)")
@@ -187,13 +178,9 @@ enum DaemonRequestHandler {
         return response
     }
 
-    private static func session(_ request: DaemonRequest) throws -> String {
-        guard let session = request.session, !session.isEmpty else { throw DaemonError("\(request.method.rawValue) needs 'session'") }
+    /// A session identifier, which may not be empty.
+    private static func session(_ session: String, _ request: DaemonRequest) throws -> String {
+        guard !session.isEmpty else { throw DaemonError("\(request.method.rawValue) needs a non-empty 'session'") }
         return session
-    }
-
-    private static func taskID(_ request: DaemonRequest) throws -> Int64 {
-        guard let taskID = request.taskID else { throw DaemonError("\(request.method.rawValue) needs 'taskID'") }
-        return taskID
     }
 }

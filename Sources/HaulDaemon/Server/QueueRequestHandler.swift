@@ -3,69 +3,60 @@ import HaulCore
 
 /// Runs the queue requests of the socket protocol against the ``DownloadQueue``.
 enum QueueRequestHandler {
-    static func handle(_ request: DaemonRequest, queue: DownloadQueue, connection: DaemonConnection, into response: inout DaemonResponse) async throws {
-        switch request.method {
-        case .queueAdd where request.downloads != nil:
-            response.downloads = try await queue.add(request.downloads!)
-        case .queueAdd:
-            guard let urls = request.urls ?? request.url.map({ [$0] }) else { throw DaemonError("queueAdd needs 'urls'") }
+    static func handle(_ command: DaemonRequest.Command, queue: DownloadQueue, connection: DaemonConnection, into response: inout DaemonResponse) async throws {
+        switch command {
+        case .queueAdd(.batch(let downloads)):
+            response.downloads = try await queue.add(downloads)
+        case .queueAdd(.one(let download)):
             response.download = try await queue.add(
-                urls: urls,
-                directory: request.directory,
-                fileName: request.fileName,
-                checksum: request.checksum,
-                speedLimit: request.speedLimit,
-                priority: request.priority,
-                paused: request.paused ?? false
+                urls: download.urls,
+                directory: download.directory,
+                fileName: download.fileName,
+                checksum: download.checksum,
+                speedLimit: download.speedLimit,
+                priority: download.priority,
+                paused: download.paused
             )
-        case .queueList:
-            if let limit = request.limit, limit < 0 { throw DaemonError("queueList: 'limit' cannot be negative") }
-            let page = QueuePage(offset: request.offset ?? 0, limit: request.limit, states: request.states, search: request.search)
+        case .queueList(let page):
             (response.downloads, response.total) = try await queue.list(page)
             response.settings = queue.settings
-        case .queueGet:
-            response.download = try await queue.download(id: try Self.downloadID(request))
-        case .queuePause:
-            if request.all == true {
-                response.count = try await queue.pauseAll()
-            } else if let ids = request.downloadIDs {
-                response.count = try await queue.pause(ids: ids)
-            } else {
-                try await queue.pause(id: try Self.downloadID(request))
-                response.count = 1
-            }
-        case .queueResume:
-            if request.all == true {
-                response.count = try await queue.resumeAll()
-            } else if let ids = request.downloadIDs {
-                response.count = try await queue.resume(ids: ids)
-            } else {
-                try await queue.resume(id: try Self.downloadID(request))
-                response.count = 1
-            }
-        case .queueCancel:
-            try await queue.cancel(id: try Self.downloadID(request))
-        case .queueRemove where request.downloadIDs != nil:
-            var removed = 0
-            for id in request.downloadIDs! where (try? await queue.cancel(id: id, deleteFromList: true)) != nil { removed += 1 }
-            response.count = removed
-        case .queueRemove:
-            try await queue.cancel(id: try Self.downloadID(request), deleteFromList: true)
+        case .queueGet(let reference):
+            response.download = try await queue.download(id: reference.downloadID)
+        case .queuePause(.all):
+            response.count = try await queue.pauseAll()
+        case .queuePause(.many(let ids)):
+            response.count = try await queue.pause(ids: ids)
+        case .queuePause(.one(let id)):
+            try await queue.pause(id: id)
+            response.count = 1
+        case .queueResume(.all):
+            response.count = try await queue.resumeAll()
+        case .queueResume(.many(let ids)):
+            response.count = try await queue.resume(ids: ids)
+        case .queueResume(.one(let id)):
+            try await queue.resume(id: id)
+            response.count = 1
+        case .queueCancel(let reference):
+            try await queue.cancel(id: reference.downloadID)
+        case .queueRemove(.all):
+            throw DaemonError("queueRemove takes 'downloadID' or 'downloadIDs'; use queuePurge to drop every finished download")
+        case .queueRemove(.many(let ids)):
+            response.count = try await queue.remove(ids: ids)
+        case .queueRemove(.one(let id)):
+            try await queue.cancel(id: id, deleteFromList: true)
+            response.count = 1
         case .queuePurge:
             response.count = try await queue.purge()
-        case .queueSetURL:
-            guard let url = request.url else { throw DaemonError("queueSetURL needs 'url'") }
-            response.download = try await queue.setURL(id: try Self.downloadID(request), url: url)
-        case .queueSettings:
-            if let key = request.settingKey {
-                guard let value = request.settingValue else { throw DaemonError("queueSettings with 'settingKey' needs 'settingValue'") }
-                response.settings = try await queue.set(key, to: value)
+        case .queueSetURL(let change):
+            response.download = try await queue.setURL(id: change.downloadID, url: change.url)
+        case .queueSettings(let change):
+            if let change {
+                response.settings = try await queue.set(change.settingKey, to: change.settingValue)
             } else {
                 response.settings = queue.settings
             }
-        case .queueSetSpeedLimit:
-            guard let limit = request.speedLimit else { throw DaemonError("queueSetSpeedLimit needs 'speedLimit' (bytes per second, 0 for none)") }
-            response.download = try await queue.setSpeedLimit(id: try Self.downloadID(request), bytesPerSecond: limit)
+        case .queueSetSpeedLimit(let change):
+            response.download = try await queue.setSpeedLimit(id: change.downloadID, bytesPerSecond: change.speedLimit)
         case .queueSubscribe:
             guard connection.subscription.withLock({ $0 }) == nil else { return }
             let id = queue.subscribe { [weak connection] change in
@@ -74,7 +65,7 @@ enum QueueRequestHandler {
             }
             connection.subscription.withLock { $0 = id }
         default:
-            throw DaemonError("not a queue request: \(request.method.rawValue)")
+            throw DaemonError("not a queue request: \(command.method.rawValue)")
         }
     }
 
@@ -94,10 +85,5 @@ enum QueueRequestHandler {
             event.settings = settings
             return event
         }
-    }
-
-    private static func downloadID(_ request: DaemonRequest) throws -> Int64 {
-        guard let id = request.downloadID else { throw DaemonError("\(request.method.rawValue) needs 'downloadID'") }
-        return id
     }
 }

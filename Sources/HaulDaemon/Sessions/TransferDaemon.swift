@@ -174,9 +174,7 @@ public final class TransferDaemon: TransferOwner, Sendable {
         session: String,
         url: URL,
         headers: HTTPHeaderFields,
-        taskDescription: String?,
-        isDiscretionary: Bool,
-        resourceTimeout: Double
+        options: DaemonRequest.TaskOptions
     ) throws -> Int64 {
         try Self.requireHTTP(url)
         let partial = self.paths.partialDirectory.appendingPathComponent("\(UUID().uuidString).part").path
@@ -184,10 +182,10 @@ public final class TransferDaemon: TransferOwner, Sendable {
             sessionIdentifier: session,
             url: url,
             requestHeaders: headers,
-            taskDescription: taskDescription,
-            isDiscretionary: isDiscretionary,
+            taskDescription: options.taskDescription,
+            isDiscretionary: options.isDiscretionary,
             partialFilePath: partial,
-            resourceDeadline: Date().addingTimeInterval(max(1, resourceTimeout))
+            resourceDeadline: Date().addingTimeInterval(max(1, options.resourceTimeout))
         )
         return try self.store.insert(task).id!
     }
@@ -197,9 +195,7 @@ public final class TransferDaemon: TransferOwner, Sendable {
     public func createDownload(
         session: String,
         resumeData data: Data,
-        taskDescription: String?,
-        isDiscretionary: Bool,
-        resourceTimeout: Double
+        options: DaemonRequest.TaskOptions
     ) throws -> Int64 {
         let resumeData: ResumeData
         do {
@@ -226,10 +222,10 @@ public final class TransferDaemon: TransferOwner, Sendable {
             sessionIdentifier: session,
             url: resumeData.originalURL,
             requestHeaders: headers,
-            taskDescription: taskDescription,
-            isDiscretionary: isDiscretionary,
+            taskDescription: options.taskDescription,
+            isDiscretionary: options.isDiscretionary,
             partialFilePath: partial,
-            resourceDeadline: Date().addingTimeInterval(max(1, resourceTimeout))
+            resourceDeadline: Date().addingTimeInterval(max(1, options.resourceTimeout))
         )
         task.currentURL = resumeData.url
         task.bytesOnDisk = min(onDisk, resumeData.resumePoint.offset)
@@ -246,9 +242,7 @@ public final class TransferDaemon: TransferOwner, Sendable {
         method: String,
         filePath: String,
         headers: HTTPHeaderFields,
-        taskDescription: String?,
-        isDiscretionary: Bool,
-        resourceTimeout: Double
+        options: DaemonRequest.TaskOptions
     ) throws -> Int64 {
         try Self.requireHTTP(url)
         guard FileManager.default.isReadableFile(atPath: filePath) else {
@@ -258,10 +252,10 @@ public final class TransferDaemon: TransferOwner, Sendable {
             sessionIdentifier: session,
             url: url,
             requestHeaders: headers,
-            taskDescription: taskDescription,
-            isDiscretionary: isDiscretionary,
+            taskDescription: options.taskDescription,
+            isDiscretionary: options.isDiscretionary,
             partialFilePath: "",
-            resourceDeadline: Date().addingTimeInterval(max(1, resourceTimeout))
+            resourceDeadline: Date().addingTimeInterval(max(1, options.resourceTimeout))
         )
         task.isUpload = true
         task.method = method.uppercased()

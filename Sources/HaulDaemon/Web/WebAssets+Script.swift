@@ -11,9 +11,21 @@ extension WebAssets {
   }
   const token = sessionStorage.getItem("haul-token") || "";
   const $ = (id) => document.getElementById(id);
-  const downloads = new Map();
+  const PAGE_SIZE = 100;
+  const VIEWS = {
+    downloading: ["waiting", "active", "paused"],
+    finished: ["complete", "error", "removed"],
+  };
+  // Only the rows of the page on screen are kept: 10,000 queued downloads cost what 100 do.
+  const rows = new Map();
+  const selected = new Set();
   let settings = null;
+  let counts = {};
   let view = "downloading";
+  let stateFilter = "";
+  let search = "";
+  let offset = 0;
+  let total = 0;
 
   function banner(text) {
     const el = $("banner");
@@ -56,40 +68,93 @@ extension WebAssets {
     return Math.floor(seconds / 3600) + "h " + Math.floor((seconds % 3600) / 60) + "m";
   }
   const inProgress = (state) => state === "waiting" || state === "active" || state === "paused";
+  const shown = (d) => VIEWS[view].includes(d.state) && (!stateFilter || d.state === stateFilter);
+
+  // Asks for the page again; calls while one is under way fold into one more afterwards.
+  let loading = false;
+  let loadAgain = false;
+  async function load() {
+    if (loading) { loadAgain = true; return; }
+    loading = true;
+    try {
+      const query = new URLSearchParams({ view, offset: String(offset), limit: String(PAGE_SIZE) });
+      if (stateFilter) query.set("state", stateFilter);
+      if (search) query.set("search", search);
+      const data = await api("GET", "/api/downloads?" + query);
+      if (data.downloads.length === 0 && offset > 0 && data.total > 0) {
+        offset = Math.floor((data.total - 1) / PAGE_SIZE) * PAGE_SIZE;  // the page emptied: show the last one
+        loadAgain = true;
+      } else {
+        rows.clear();
+        for (const d of data.downloads) rows.set(d.id, d);
+        total = data.total;
+        counts = data.counts || counts;
+        settings = data.settings || settings;
+        render();
+      }
+    } catch (error) {
+      banner(error.message);
+    } finally {
+      loading = false;
+      if (loadAgain) { loadAgain = false; load(); }
+    }
+  }
+  // A change that may move rows in or out of the page: ask again soon, at most once per delay.
+  let reloadTimer = null;
+  function reloadSoon(delay) {
+    if (reloadTimer) return;
+    reloadTimer = setTimeout(() => { reloadTimer = null; load(); }, delay);
+  }
 
   function render() {
-    const lists = { downloading: $("list-downloading"), finished: $("list-finished") };
-    const sorted = [...downloads.values()].sort((a, b) => a.id - b.id);
-    const counts = { downloading: 0, finished: 0 };
-    const wanted = { downloading: [], finished: [] };
-    for (const d of sorted) {
-      const where = inProgress(d.state) ? "downloading" : "finished";
-      counts[where]++;
-      wanted[where].push(d);
+    const list = $("list");
+    const existing = new Map();
+    for (const row of list.children) existing.set(row.dataset.id, row);
+    const ordered = [];
+    for (const d of rows.values()) {
+      let row = existing.get(String(d.id));
+      if (row) existing.delete(String(d.id)); else row = makeRow(d.id);
+      fill(row, d);
+      ordered.push(row);
     }
-    for (const where of ["downloading", "finished"]) {
-      const list = lists[where];
-      const keep = new Set(wanted[where].map((d) => String(d.id)));
-      for (const row of [...list.children]) if (!keep.has(row.dataset.id)) row.remove();
-      let previous = null;
-      for (const d of wanted[where]) {
-        let row = list.querySelector('[data-id="' + d.id + '"]');
-        if (!row) {
-          row = $("row-template").content.firstElementChild.cloneNode(true);
-          row.dataset.id = d.id;
-          row.querySelector(".pause").onclick = () => act(d.id, "pause");
-          row.querySelector(".resume").onclick = () => act(d.id, "resume");
-          row.querySelector(".cancel").onclick = () => act(d.id, "cancel");
-          row.querySelector(".remove").onclick = () => act(d.id, "remove");
-        }
-        fill(row, d);
-        const expectedPosition = previous ? previous.nextSibling : list.firstChild;
-        if (row !== expectedPosition) list.insertBefore(row, expectedPosition);
-        previous = row;
-      }
-      $("count-" + where).textContent = counts[where];
-      $("empty-" + where).hidden = counts[where] > 0;
-    }
+    list.replaceChildren(...ordered);
+    for (const where of Object.keys(VIEWS)) $("count-" + where).textContent = counts[where] || 0;
+    const empty = $("empty");
+    empty.hidden = rows.size > 0;
+    empty.textContent = (search || stateFilter) ? "Nothing matches." :
+      view === "downloading" ? "Nothing downloading. Add a URL to start." : "No finished downloads yet.";
+    $("page-info").textContent = total === 0 ? "" :
+      (offset + 1).toLocaleString() + "–" + (offset + rows.size).toLocaleString() + " of " + total.toLocaleString();
+    $("page-prev").disabled = offset === 0;
+    $("page-next").disabled = offset + PAGE_SIZE >= total;
+    renderSelection();
+    $("status").textContent = "live · " + (settings ? settings.maximumConcurrentDownloads + " at once" : "");
+  }
+
+  function makeRow(id) {
+    const row = $("row-template").content.firstElementChild.cloneNode(true);
+    row.dataset.id = id;
+    row.querySelector(".pick").onchange = (event) => {
+      if (event.target.checked) selected.add(id); else selected.delete(id);
+      renderSelection();
+    };
+    row.querySelector(".pause").onclick = () => act(id, "pause");
+    row.querySelector(".resume").onclick = () => act(id, "resume");
+    row.querySelector(".cancel").onclick = () => act(id, "cancel");
+    row.querySelector(".remove").onclick = () => act(id, "remove");
+    row.querySelector(".set-limit").onclick = () => openLimit(id);
+    return row;
+  }
+
+  function renderSelection() {
+    const count = selected.size;
+    $("selected-count").textContent = count === 0 ? "none selected" : count.toLocaleString() + " selected";
+    for (const id of ["selected-pause", "selected-resume", "selected-remove", "selected-clear"]) $(id).disabled = count === 0;
+    const onPage = [...rows.keys()];
+    const picked = onPage.filter((id) => selected.has(id)).length;
+    $("select-page").checked = onPage.length > 0 && picked === onPage.length;
+    $("select-page").indeterminate = picked > 0 && picked < onPage.length;
+    for (const row of $("list").children) row.querySelector(".pick").checked = selected.has(Number(row.dataset.id));
   }
 
   function fill(row, d) {
@@ -105,11 +170,14 @@ extension WebAssets {
     const active = d.state === "active";
     row.querySelector(".speed").textContent = active && d.speed != null ? size(d.speed) + "/s" : "";
     row.querySelector(".eta").textContent = active && d.secondsRemaining != null ? "ETA " + duration(d.secondsRemaining) : "";
-    row.querySelector(".message").textContent = d.state === "complete" ? "" : (d.errorMessage || "");
+    row.querySelector(".limit").textContent = d.speedLimit ? "≤ " + size(d.speedLimit) + "/s" : "";
+    // A download that is running again shows no old error.
+    row.querySelector(".message").textContent = d.state === "complete" || active ? "" : (d.errorMessage || "");
     if (d.state === "complete") row.querySelector(".line2 .eta").textContent = d.path || "";
     row.querySelector(".pause").hidden = !(d.state === "waiting" || d.state === "active");
     row.querySelector(".resume").hidden = !(d.state === "paused" || d.state === "error");
     row.querySelector(".resume").textContent = d.state === "error" ? "Retry" : "Resume";
+    row.querySelector(".set-limit").hidden = !inProgress(d.state);
     row.querySelector(".cancel").hidden = !inProgress(d.state);
     row.querySelector(".remove").hidden = inProgress(d.state);
   }
@@ -119,24 +187,88 @@ extension WebAssets {
       if (action === "remove") await api("DELETE", "/api/downloads/" + id);
       else await api("POST", "/api/downloads/" + id + "/" + action);
       banner("");
+      reloadSoon(100);
     } catch (error) {
       banner(error.message);
     }
   }
 
+  function fillStateFilter() {
+    const select = $("state-filter");
+    select.replaceChildren(new Option("All states", ""), ...VIEWS[view].map((state) => new Option(state, state)));
+    select.value = stateFilter;
+  }
+
   function show(which) {
     view = which;
-    for (const where of ["downloading", "finished"]) {
-      $("view-" + where).hidden = where !== which;
+    stateFilter = "";
+    offset = 0;
+    for (const where of Object.keys(VIEWS)) {
       $("tab-" + where).classList.toggle("active", where === which);
       $("tab-" + where).setAttribute("aria-selected", String(where === which));
+      $("bulk-" + where).hidden = where !== which;
     }
+    fillStateFilter();
+    rows.clear();
+    render();
+    load();
   }
   $("tab-downloading").onclick = () => show("downloading");
   $("tab-finished").onclick = () => show("finished");
-  $("pause-all").onclick = () => api("POST", "/api/pause-all").catch((e) => banner(e.message));
-  $("resume-all").onclick = () => api("POST", "/api/resume-all").catch((e) => banner(e.message));
-  $("purge").onclick = () => api("POST", "/api/purge").catch((e) => banner(e.message));
+  $("state-filter").onchange = (event) => { stateFilter = event.target.value; offset = 0; load(); };
+  let searchTimer = null;
+  $("search").oninput = (event) => {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(() => { search = event.target.value.trim(); offset = 0; load(); }, 200);
+  };
+  $("page-prev").onclick = () => { offset = Math.max(0, offset - PAGE_SIZE); load(); };
+  $("page-next").onclick = () => { if (offset + PAGE_SIZE < total) { offset += PAGE_SIZE; load(); } };
+  $("select-page").onchange = (event) => {
+    for (const id of rows.keys()) { if (event.target.checked) selected.add(id); else selected.delete(id); }
+    renderSelection();
+  };
+  async function actOnSelection(action) {
+    const ids = [...selected];
+    try {
+      const result = await api("POST", "/api/selection/" + action, { ids });
+      selected.clear();
+      banner("");
+      $("status").textContent = action + ": " + result.count + " of " + ids.length;
+    } catch (error) {
+      banner(error.message);
+    }
+    load();
+  }
+  $("selected-pause").onclick = () => actOnSelection("pause");
+  $("selected-resume").onclick = () => actOnSelection("resume");
+  $("selected-remove").onclick = () => actOnSelection("remove");
+  $("selected-clear").onclick = () => { selected.clear(); renderSelection(); };
+  $("pause-all").onclick = () => api("POST", "/api/pause-all").then(() => load()).catch((e) => banner(e.message));
+  $("resume-all").onclick = () => api("POST", "/api/resume-all").then(() => load()).catch((e) => banner(e.message));
+  $("purge").onclick = () => api("POST", "/api/purge").then(() => load()).catch((e) => banner(e.message));
+
+  let limitID = null;
+  function openLimit(id) {
+    limitID = id;
+    const d = rows.get(id);
+    $("limit-title").textContent = "Speed limit of " + ((d && d.fileName) || ("#" + id));
+    $("limit-value").value = d && d.speedLimit ? String(d.speedLimit) : "";
+    $("limit-error").hidden = true;
+    $("limit-dialog").showModal();
+    $("limit-value").focus();
+  }
+  $("limit-cancel").onclick = () => $("limit-dialog").close();
+  $("limit-form").onsubmit = async (event) => {
+    event.preventDefault();
+    try {
+      const result = await api("POST", "/api/downloads/" + limitID + "/limit", { speedLimit: $("limit-value").value.trim() });
+      if (rows.has(result.download.id)) { rows.set(result.download.id, result.download); render(); }
+      $("limit-dialog").close();
+    } catch (error) {
+      $("limit-error").textContent = error.message;
+      $("limit-error").hidden = false;
+    }
+  };
 
   const dialog = $("add-dialog");
   $("add-button").onclick = () => {
@@ -152,15 +284,15 @@ extension WebAssets {
     const body = { urls };
     if ($("add-dir").value.trim()) body.directory = $("add-dir").value.trim();
     if ($("add-checksum").value.trim()) body.checksum = $("add-checksum").value.trim();
+    if ($("add-limit").value.trim()) body.speedLimit = $("add-limit").value.trim();
     $("add-submit").disabled = true;
     try {
-      const result = await api("POST", "/api/downloads", body);
-      for (const d of result.downloads || []) downloads.set(d.id, d);
-      render();
+      await api("POST", "/api/downloads", body);
       $("add-urls").value = "";
       $("add-checksum").value = "";
+      $("add-limit").value = "";
       dialog.close();
-      show("downloading");
+      if (view !== "downloading") show("downloading"); else load();
     } catch (error) {
       $("add-error").textContent = error.message;
       $("add-error").hidden = false;
@@ -173,21 +305,32 @@ extension WebAssets {
     const events = new EventSource("/api/events?token=" + encodeURIComponent(token));
     events.addEventListener("snapshot", (e) => {
       const data = JSON.parse(e.data);
-      downloads.clear();
-      for (const d of data.downloads) downloads.set(d.id, d);
+      counts = data.counts;
       settings = data.settings;
-      render();
-      $("status").textContent = "live · " + (settings ? settings.maximumConcurrentDownloads + " at once" : "");
       banner("");
+      load();
     });
     events.addEventListener("download", (e) => {
       const d = JSON.parse(e.data);
-      downloads.set(d.id, d);
-      render();
+      const current = rows.get(d.id);
+      if (current && current.state === d.state) {
+        // Progress of a row on screen: update it in place.
+        rows.set(d.id, d);
+        const row = $("list").querySelector('[data-id="' + d.id + '"]');
+        if (row) fill(row, d);
+      } else if (current || shown(d)) {
+        // A state change or a new download here: rows and counts move soon.
+        if (current) { rows.set(d.id, d); render(); }
+        reloadSoon(150);
+      } else {
+        reloadSoon(1000);  // elsewhere: only the counts may change
+      }
     });
     events.addEventListener("removed", (e) => {
-      downloads.delete(JSON.parse(e.data).id);
-      render();
+      const id = JSON.parse(e.data).id;
+      selected.delete(id);
+      if (rows.delete(id)) render();
+      reloadSoon(150);
     });
     events.addEventListener("settings", (e) => {
       settings = JSON.parse(e.data);
@@ -197,6 +340,7 @@ extension WebAssets {
       $("status").textContent = "reconnecting…";
     };
   }
+  fillStateFilter();
   connect();
 })();
 """#

@@ -14,25 +14,41 @@ button.primary { background: var(--accent); border-color: var(--accent); color: 
 .tab.active { border-bottom-color: var(--accent); color: var(--accent); font-weight: 600; }
 .count { display: inline-block; min-width: 1.4em; padding: 0 .3em; border-radius: 1em; background: var(--line); color: var(--fg); font-size: .8em; text-align: center; }
 main { max-width: 60rem; margin: 0 auto; padding: 1rem; }
-.list { list-style: none; margin: 0; padding: 0; display: grid; gap: .6rem; }
-.row { background: #fff; border: 1px solid var(--line); border-radius: .5rem; padding: .7rem .8rem; display: grid; gap: .35rem; }
-.line1 { display: flex; justify-content: space-between; gap: .5rem; }
-.name { font-weight: 600; overflow-wrap: anywhere; }
-.state { font-size: .8rem; text-transform: uppercase; letter-spacing: .04em; color: var(--muted); white-space: nowrap; }
+.toolbar, .selection, .pager { display: flex; flex-wrap: wrap; align-items: center; gap: .4rem .6rem; margin-bottom: .5rem; }
+.toolbar input[type="search"] { flex: 1; min-width: 10rem; width: auto; }
+select { font: inherit; padding: .35rem .5rem; border: 1px solid var(--line); border-radius: .4rem; background: #fff; color: var(--fg); min-height: 2.2rem; }
+.selection { font-size: .9rem; }
+.selection-actions { display: flex; flex-wrap: wrap; gap: .3rem; margin-left: auto; }
+.pick-page { display: flex; align-items: center; gap: .3rem; color: var(--fg); }
+.muted { color: var(--muted); font-size: .85rem; font-variant-numeric: tabular-nums; }
+.pager { justify-content: center; margin-top: .5rem; }
+button:disabled { opacity: .45; cursor: default; border-color: var(--line); }
+.list { list-style: none; margin: 0; padding: 0; background: #fff; border: 1px solid var(--line); border-radius: .5rem; }
+.list:empty { display: none; }
+.row { display: grid; grid-template-columns: auto minmax(0, 1fr) auto; align-items: center; gap: .2rem .6rem; padding: .35rem .6rem; border-top: 1px solid var(--line); }
+.row:first-child { border-top: none; }
+.row .pick { width: 1.1rem; height: 1.1rem; margin: 0; }
+.body { display: grid; gap: .15rem; min-width: 0; }
+.line1 { display: flex; justify-content: space-between; gap: .5rem; min-width: 0; }
+.name { font-weight: 600; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; min-width: 0; }
+.state { font-size: .72rem; text-transform: uppercase; letter-spacing: .04em; color: var(--muted); white-space: nowrap; }
 .row[data-state="active"] .state { color: var(--accent); }
 .row[data-state="complete"] .state { color: var(--ok); }
 .row[data-state="error"] .state, .message { color: var(--bad); }
-.bar { height: .5rem; background: var(--line); border-radius: .25rem; overflow: hidden; }
+.bar { height: .25rem; background: var(--line); border-radius: .2rem; overflow: hidden; }
 .fill { height: 100%; width: 0; background: var(--accent); transition: width .25s; }
 .row[data-state="complete"] .fill { background: var(--ok); }
 .row[data-state="paused"] .fill { background: var(--muted); }
-.line2 { display: flex; flex-wrap: wrap; gap: .25rem 1rem; color: var(--muted); font-size: .85rem; font-variant-numeric: tabular-nums; }
+.line2 { display: flex; flex-wrap: wrap; gap: 0 .8rem; color: var(--muted); font-size: .8rem; font-variant-numeric: tabular-nums; min-width: 0; }
+.line2 span { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; max-width: 100%; }
 .message:empty { display: none; }
-.message { font-size: .85rem; overflow-wrap: anywhere; }
-.buttons { display: flex; flex-wrap: wrap; gap: .4rem; }
+.message { font-size: .8rem; overflow-wrap: anywhere; }
+.buttons { display: flex; flex-wrap: wrap; gap: .25rem; justify-content: flex-end; }
+.buttons button { padding: .15rem .5rem; min-height: 1.8rem; font-size: .85rem; }
 .buttons button[hidden] { display: none; }
 .empty { color: var(--muted); text-align: center; padding: 2rem 0; }
 .bulk { display: flex; gap: .5rem; justify-content: flex-end; margin-top: 1rem; }
+.bulk[hidden] { display: none; }
 .banner { background: #fef3f2; color: var(--bad); padding: .6rem 1rem; border-bottom: 1px solid #fecdca; }
 footer { text-align: center; color: var(--muted); font-size: .8rem; padding: 1rem; }
 dialog { border: none; border-radius: .6rem; padding: 0; width: min(34rem, 94vw); box-shadow: 0 10px 40px rgba(0,0,0,.25); }
@@ -42,10 +58,12 @@ label { display: grid; gap: .25rem; font-size: .9rem; color: var(--muted); }
 input, textarea { font: inherit; padding: .45rem .55rem; border: 1px solid var(--line); border-radius: .4rem; color: var(--fg); width: 100%; }
 .actions { display: flex; justify-content: flex-end; gap: .5rem; }
 .error { color: var(--bad); margin: 0; overflow-wrap: anywhere; }
-@media (max-width: 30rem) {
+@media (max-width: 40rem) {
   header { padding: .6rem; }
   main { padding: .6rem; }
-  .buttons button { flex: 1; }
+  .row { grid-template-columns: auto minmax(0, 1fr); }
+  .buttons { grid-column: 2; justify-content: flex-start; }
+  .selection-actions { margin-left: 0; }
 }
 """#
 }

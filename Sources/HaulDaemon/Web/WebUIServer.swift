@@ -9,13 +9,22 @@ import Synchronization
 /// The daemon's web UI: the page, a JSON API over the ``DownloadQueue`` and a server-sent
 /// event stream that pushes every change (no polling). Binds 127.0.0.1 only.
 ///
+/// The page shows one page of the list at a time (100 rows), so 10,000 queued downloads cost
+/// the browser no more than 100: the event stream carries only changes, and the page asks for
+/// its rows again when a change may move a download in or out of what it shows.
+///
 /// API (all under the token, see ``WebGuardMiddleware``):
-/// - `GET /api/downloads` → `{downloads, settings}`
+/// - `GET /api/downloads?view=downloading|finished&state=S&search=TEXT&offset=N&limit=N` →
+///   `{downloads, total, counts, settings}`: a page (without `view`/`limit`: every download),
+///   how many match, and how many downloads each state has
 /// - `POST /api/downloads` `{urls, directory?, fileName?, checksum?, speedLimit?}` → `{downloads}`
 /// - `POST /api/downloads/ID/pause|resume|cancel`, `DELETE /api/downloads/ID`
+/// - `POST /api/downloads/ID/limit` `{speedLimit}` (`"500K"`, `"2M"`, `""` for none) → `{download}`
+/// - `POST /api/selection/pause|resume|remove` `{ids}` → `{count}`
 /// - `POST /api/pause-all`, `/api/resume-all`, `/api/purge`
-/// - `GET /api/events` → `text/event-stream`: `snapshot` first, then `download`, `removed`,
-///   `settings` events as they happen, and a comment every 15 s to keep proxies from closing it.
+/// - `GET /api/events` → `text/event-stream`: `snapshot` (`{counts, settings}`) first, then
+///   `download`, `removed`, `settings` events as they happen, and a comment every 15 s to keep
+///   proxies from closing it.
 public final class WebUIServer: Sendable {
     struct AddBody: Decodable {
         var urls: [String]
@@ -24,6 +33,20 @@ public final class WebUIServer: Sendable {
         var checksum: String?
         var speedLimit: String?
     }
+
+    struct LimitBody: Decodable {
+        var speedLimit: String?
+    }
+
+    struct SelectionBody: Decodable {
+        var ids: [Int64]
+    }
+
+    /// What the page's tabs show.
+    static let views: [String: [QueuedDownloadState]] = [
+        "downloading": [.waiting, .active, .paused],
+        "finished": [.complete, .error, .removed],
+    ]
 
     let queue: DownloadQueue
     let token: String
@@ -80,8 +103,38 @@ public final class WebUIServer: Sendable {
             }
         }
         let queue = self.queue
-        router.get("/api/downloads") { _, _ in
-            try await Self.answer { ListAnswer(downloads: try await queue.list(), settings: queue.settings) }
+        router.get("/api/downloads") { request, _ in
+            try await Self.answer {
+                let page = try Self.page(request.uri.queryParameters)
+                let (downloads, total) = try await queue.list(page)
+                return ListAnswer(downloads: downloads, total: total, counts: try Self.counts(queue), settings: queue.settings)
+            }
+        }
+        router.post("/api/downloads/:id/limit") { request, context in
+            try await Self.answer {
+                let body = try await Self.decode(LimitBody.self, request, context)
+                let text = (body.speedLimit ?? "").trimmingCharacters(in: .whitespaces)
+                var limit: Int64 = 0
+                if !text.isEmpty {
+                    guard let parsed = SpeedLimit.parse(text) else { throw DaemonError("bad speed limit '\(text)' (try 500K or 2M)") }
+                    limit = parsed
+                }
+                return ["download": try await queue.setSpeedLimit(id: try Self.id(context), bytesPerSecond: limit)]
+            }
+        }
+        router.post("/api/selection/:action") { request, context in
+            try await Self.answer {
+                let ids = try await Self.decode(SelectionBody.self, request, context).ids
+                guard ids.count <= 100_000 else { throw DaemonError("at most 100000 ids at once") }
+                let count: Int
+                switch context.parameters.get("action") {
+                case "pause": count = try await queue.pause(ids: ids)
+                case "resume": count = try await queue.resume(ids: ids)
+                case "remove": count = try await queue.remove(ids: ids)
+                default: throw DaemonError("unknown action")
+                }
+                return ["count": count]
+            }
         }
         router.post("/api/downloads") { request, context in
             try await Self.answer {
@@ -143,7 +196,44 @@ public final class WebUIServer: Sendable {
 
     struct ListAnswer: Encodable {
         var downloads: [QueuedDownloadInfo]
+        var total: Int
+        var counts: [String: Int]
         var settings: QueueSettings
+    }
+
+    /// The stream's first event: what the page needs before it asks for rows.
+    struct SnapshotAnswer: Encodable {
+        var counts: [String: Int]
+        var settings: QueueSettings
+    }
+
+    /// Downloads per state, and per tab (`downloading`, `finished`).
+    static func counts(_ queue: DownloadQueue) throws -> [String: Int] {
+        let byState = try queue.stateCounts()
+        var counts: [String: Int] = [:]
+        for state in QueuedDownloadState.allCases { counts[state.rawValue] = byState[state] ?? 0 }
+        for (view, states) in Self.views { counts[view] = states.reduce(0) { $0 + (byState[$1] ?? 0) } }
+        return counts
+    }
+
+    /// The page a list request asks for; without `view` and `limit`, every download.
+    static func page(_ query: Hummingbird.Parameters) throws -> QueuePage {
+        var states: [QueuedDownloadState]?
+        if let view = query["view"].map(String.init) {
+            guard let viewStates = Self.views[view] else { throw DaemonError("unknown view '\(view)' (downloading or finished)") }
+            states = viewStates
+        }
+        if let text = query["state"].map(String.init), !text.isEmpty {
+            guard let state = QueuedDownloadState(rawValue: text) else { throw DaemonError("unknown state '\(text)'") }
+            if let viewStates = states, !viewStates.contains(state) { states = [] } else { states = [state] }
+        }
+        func number(_ name: String) throws -> Int? {
+            guard let text = query[Substring(name)].map(String.init), !text.isEmpty else { return nil }
+            guard let value = Int(text), value >= 0 else { throw DaemonError("'\(name)' must be a number ≥ 0") }
+            return value
+        }
+        let search = query["search"].map(String.init)
+        return QueuePage(offset: try number("offset") ?? 0, limit: try number("limit"), states: states, search: search?.isEmpty == true ? nil : search)
     }
 
     private enum StreamItem: Sendable {
@@ -168,7 +258,7 @@ public final class WebUIServer: Sendable {
                 heartbeat.cancel()
                 continuation.finish()
             }
-            let snapshot = ListAnswer(downloads: try await queue.list(), settings: queue.settings)
+            let snapshot = SnapshotAnswer(counts: try Self.counts(queue), settings: queue.settings)
             try await writer.write(ByteBuffer(string: "retry: 2000\nevent: snapshot\ndata: \(WebJSON.string(snapshot))\n\n"))
             for await item in stream.cancelOnGracefulShutdown() {
                 let text: String

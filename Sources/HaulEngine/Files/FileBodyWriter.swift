@@ -9,12 +9,13 @@ import NIOPosix
 /// loop only queues network buffers (no copy); the writes happen on a thread pool, one batch at a
 /// time per file, in order.
 ///
-/// Batching adapts to the load: while one batch is being written, the buffers that arrive
-/// queue up and go out together in the next, so a fast network gives few large batches and a
-/// slow one gives a write per read with no added delay. The bytes queued or being written are
-/// bounded by `bufferLimit`: above it ``enqueue(_:)`` returns a future the exchange waits on
-/// before reading more, so a slow disk slows the sender (TCP back-pressure) instead of filling
-/// memory.
+/// Buffers gather into batches: one goes out once 256 KiB are queued, 5 ms after the first
+/// buffer of a smaller one (so a slow download still shows steady progress), or at once when
+/// the exchange ends; while a batch is written the next one gathers. Each batch is one
+/// `pwritev`, and costs two thread hops however many network reads it holds. The bytes queued
+/// or being written are bounded by `bufferLimit`: above it ``enqueue(_:)`` returns a future the
+/// exchange waits on before reading more, so a slow disk slows the sender (TCP back-pressure)
+/// instead of filling memory.
 ///
 /// The file is opened (and cut to the resume offset) by the writer's first job, also off the
 /// event loop; buffers that arrive meanwhile queue behind it, so nothing the network delivered
@@ -27,7 +28,7 @@ package final class FileBodyWriter: @unchecked Sendable {
     // @unchecked: all state is touched on `eventLoop` only (asserted in debug builds).
 
     /// The bytes allowed to wait for the disk before the exchange stops reading.
-    package static let defaultBufferLimit = 4 << 20
+    package static let defaultBufferLimit = 2 << 20
 
     /// The open file, once the first job has opened it.
     private var file: PartialFile?
@@ -42,6 +43,10 @@ package final class FileBodyWriter: @unchecked Sendable {
     /// Bytes queued plus bytes in the batch being written.
     private var buffered = 0
     private var isWriting = false
+    /// Flushes a small queue that waited ``flushDelay`` for more.
+    private var flushTimer: Scheduled<Void>?
+    /// Set by ``drained()``: write what is queued now, however little.
+    private var isDraining = false
     /// The first write error; once set, nothing more is written.
     package private(set) var failure: URLError?
     /// The exchange waiting for the buffer to drain below half of `bufferLimit`.
@@ -88,7 +93,7 @@ package final class FileBodyWriter: @unchecked Sendable {
         guard buffer.readableBytes > 0 else { return nil }
         self.queued.append(buffer)
         self.buffered += buffer.readableBytes
-        if !self.isWriting { self.writeQueued() }
+        self.writeQueued()
         guard self.buffered > self.bufferLimit else { return nil }
         if let waiter = self.roomWaiter { return waiter.futureResult }
         let waiter = self.eventLoop.makePromise(of: Void.self)
@@ -100,6 +105,8 @@ package final class FileBodyWriter: @unchecked Sendable {
     /// a write failed: check ``failure``). Never fails.
     package func drained() -> EventLoopFuture<Void> {
         self.eventLoop.assertInEventLoop()
+        self.isDraining = true
+        self.writeQueued(force: true)
         guard self.isWriting else { return self.eventLoop.makeSucceededVoidFuture() }
         let waiter = self.eventLoop.makePromise(of: Void.self)
         self.drainWaiters.append(waiter)
@@ -112,7 +119,27 @@ package final class FileBodyWriter: @unchecked Sendable {
         try? await self.eventLoop.flatSubmit { self.drained().map { self.failure } }.get()
     }
 
-    private func writeQueued() {
+    /// Queued bytes wait for more until there are this many (fewer thread hops and system
+    /// calls on a fast network), or until ``flushDelay`` passed (progress on a slow one).
+    static let minimumBatchBytes = 256 << 10
+    static let flushDelay = TimeAmount.milliseconds(5)
+
+    /// Hands the queued buffers to a write when there are enough, or when `force`; otherwise
+    /// makes sure a flush comes within ``flushDelay``.
+    private func writeQueued(force: Bool = false) {
+        guard !self.isWriting, !self.queued.isEmpty, self.file != nil else { return }
+        let queuedBytes = self.buffered
+        guard force || queuedBytes >= min(Self.minimumBatchBytes, self.bufferLimit / 2) else {
+            if self.flushTimer == nil {
+                self.flushTimer = self.eventLoop.scheduleTask(in: Self.flushDelay) {
+                    self.flushTimer = nil
+                    self.writeQueued(force: true)
+                }
+            }
+            return
+        }
+        self.flushTimer?.cancel()
+        self.flushTimer = nil
         let batch = self.queued
         self.queued.removeAll(keepingCapacity: true)
         let offset = self.nextOffset
@@ -121,17 +148,11 @@ package final class FileBodyWriter: @unchecked Sendable {
         self.nextOffset += Int64(count)
         self.isWriting = true
         self.pool.runIfActive(eventLoop: self.eventLoop) { () -> BatchResult in
-            var written = 0
-            for buffer in batch {
-                do throws(URLError) {
-                    try file.write(buffer, at: offset + Int64(written))
-                } catch {
-                    return BatchResult(written: written, failure: error)
-                }
-                written += buffer.readableBytes
-            }
-            return BatchResult(written: written, failure: nil)
+            let (written, failure) = file.write(contentsOf: batch, at: offset)
+            return BatchResult(written: written, failure: failure)
         }.whenComplete { result in
+            // `batch` is released here, on the loop that allocated its buffers.
+            withExtendedLifetime(batch) {}
             switch result {
             case .success(let batch):
                 self.batchEnded(batch, count: count)
@@ -156,9 +177,11 @@ package final class FileBodyWriter: @unchecked Sendable {
             self.failure = failure
             self.queued.removeAll()
             self.buffered = 0
+            self.flushTimer?.cancel()
+            self.flushTimer = nil
         }
-        if self.failure == nil, !self.queued.isEmpty {
-            self.writeQueued()
+        if self.failure == nil {
+            self.writeQueued(force: self.isDraining)
         }
         if let waiter = self.roomWaiter, self.failure != nil || self.buffered <= self.bufferLimit / 2 {
             self.roomWaiter = nil

@@ -62,6 +62,52 @@ package struct PartialFile: Sendable {
         if let failure { throw failure }
     }
 
+    /// Writes the readable bytes of `buffers`, one after another, starting at `offset`, with as
+    /// few system calls as the kernel allows (`pwritev`, at most 1,024 buffers per call: Linux's `IOV_MAX`).
+    /// Returns how many bytes are in the file, and why it stopped short if it did.
+    package func write(contentsOf buffers: [ByteBuffer], at offset: Int64) -> (written: Int, failure: URLError?) {
+        var vectors: [iovec] = []
+        var storages: [Unmanaged<AnyObject>] = []
+        vectors.reserveCapacity(buffers.count)
+        storages.reserveCapacity(buffers.count)
+        defer { for storage in storages { storage.release() } }
+        for buffer in buffers where buffer.readableBytes > 0 {
+            // The storage is retained while its address is in use, as NIO's own vector writes do.
+            buffer.withUnsafeReadableBytesWithStorageManagement { bytes, storage in
+                storages.append(storage.retain())
+                vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count))
+            }
+        }
+        var written = 0
+        var index = 0
+        let maximumVectors = 1024  // IOV_MAX on Linux
+        while index < vectors.count {
+            let count = min(maximumVectors, vectors.count - index)
+            let result = vectors.withUnsafeBufferPointer { all in
+                pwritev(self.descriptor, all.baseAddress! + index, Int32(count), off_t(offset) + off_t(written))
+            }
+            if result < 0 {
+                if errno == EINTR { continue }
+                return (written, URLError.fileSystem(.cannotWriteToFile, "cannot write to \(self.path)", errno: errno))
+            }
+            written += result
+            // Skip the vectors written in full; shorten the one written in part.
+            var remaining = result
+            while remaining > 0, index < vectors.count {
+                if remaining >= vectors[index].iov_len {
+                    remaining -= vectors[index].iov_len
+                    index += 1
+                } else {
+                    vectors[index].iov_base = vectors[index].iov_base.map { $0 + remaining }
+                    vectors[index].iov_len -= remaining
+                    remaining = 0
+                }
+            }
+            while index < vectors.count, vectors[index].iov_len == 0 { index += 1 }
+        }
+        return (written, nil)
+    }
+
     private func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(URLError) {
         var written = 0
         while written < bytes.count {

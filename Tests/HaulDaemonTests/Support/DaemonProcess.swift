@@ -44,7 +44,7 @@ final class DaemonProcess: @unchecked Sendable {
         self.process = process
         for _ in 0..<500 {
             if let client = try? DaemonTestClient(socketPath: self.socketPath) {
-                if (try? await client.request(DaemonRequest(id: 1, method: .ping)))?.processID != nil {
+                if (try? await client.request(.ping))?.processID != nil {
                     client.close()
                     return
                 }
@@ -172,12 +172,32 @@ func blocking<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
     }
 }
 
+/// Short forms of the requests the tests send.
 extension DaemonRequest {
-    static func make(_ method: Method, session: String, configure: (inout DaemonRequest) -> Void = { _ in }) -> DaemonRequest {
-        var request = DaemonRequest(id: 0, method: method)
-        request.session = session
-        request.protocolVersion = DaemonProtocol.version
-        configure(&request)
-        return request
+    static let ping = DaemonRequest(.ping)
+
+    static func attach(_ session: String) -> DaemonRequest {
+        DaemonRequest(.attach(.init(session: session)))
+    }
+
+    static func download(_ session: String, _ url: URL, isDiscretionary: Bool = false) -> DaemonRequest {
+        DaemonRequest(.createDownload(.init(session: session, source: .url(url, headers: HTTPHeaderFields()), options: .init(isDiscretionary: isDiscretionary))))
+    }
+
+    /// `taskID` from an earlier answer; a missing one (that answer failed) asks for task -1.
+    static func resume(_ session: String, _ taskID: Int64?) -> DaemonRequest {
+        DaemonRequest(.resume(.init(session: session, taskID: taskID ?? -1)))
+    }
+
+    static func cancel(_ session: String, _ taskID: Int64?, produceResumeData: Bool = false) -> DaemonRequest {
+        DaemonRequest(.cancel(.init(session: session, taskID: taskID ?? -1, produceResumeData: produceResumeData)))
+    }
+
+    static func acknowledge(_ session: String, _ eventID: Int64?) -> DaemonRequest {
+        DaemonRequest(.acknowledge(.init(session: session, eventID: eventID ?? -1)))
+    }
+
+    static func listTasks(_ session: String) -> DaemonRequest {
+        DaemonRequest(.listTasks(.init(session: session)))
     }
 }

@@ -1,0 +1,136 @@
+import Foundation
+import HaulCore
+import Testing
+
+/// The typed request against the wire format of `docs/daemon.md`: the lines clients have
+/// always sent decode to the right command, every command survives a round trip, and a line
+/// that does not fit its method is refused with the field at fault.
+@Suite("DaemonRequest: one typed command per method, the same JSON on the wire")
+struct DaemonRequestTests {
+    func decode(_ line: String) throws -> DaemonRequest {
+        try JSONDecoder().decode(DaemonRequest.self, from: Data(line.utf8))
+    }
+
+    @Test("Lines in the documented format decode to their commands")
+    func documentedLines() throws {
+        #expect(try self.decode(#"{"id":1,"method":"ping"}"#) == DaemonRequest(id: 1, .ping))
+        #expect(
+            try self.decode(#"{"id":2,"method":"attach","session":"app","protocolVersion":1,"launchCommand":["/bin/app","--bg"]}"#)
+                == DaemonRequest(id: 2, .attach(.init(session: "app", protocolVersion: 1, launchCommand: ["/bin/app", "--bg"])))
+        )
+        let created = try self.decode(
+            #"{"id":3,"method":"createDownload","session":"app","url":"http://127.0.0.1/a","headers":{"fields":[{"name":"X-A","value":"1"}]},"isDiscretionary":true}"#
+        )
+        guard case .createDownload(let download) = created.command, case .url(let url, let headers) = download.source else {
+            Issue.record("not a download from a URL: \(created)")
+            return
+        }
+        #expect(url.absoluteString == "http://127.0.0.1/a")
+        #expect(headers["X-A"] == "1")
+        #expect(download.options.isDiscretionary)
+        #expect(download.options.resourceTimeout == DaemonRequest.TaskOptions.defaultResourceTimeout)
+        let fromResumeData = try self.decode(#"{"id":4,"method":"createDownload","session":"app","resumeData":"AQID"}"#)
+        #expect(fromResumeData.command == .createDownload(.init(session: "app", source: .resumeData(Data([1, 2, 3])))))
+        #expect(try self.decode(#"{"id":5,"method":"cancel","session":"s","taskID":9}"#).command == .cancel(.init(session: "s", taskID: 9)))
+        #expect(
+            try self.decode(#"{"id":6,"method":"queueAdd","url":"http://127.0.0.1/one","paused":true}"#).command
+                == .queueAdd(.one(NewDownload(urls: [URL(string: "http://127.0.0.1/one")!], paused: true)))
+        )
+        #expect(
+            try self.decode(#"{"id":7,"method":"queueAdd","urls":["http://127.0.0.1/a","http://127.0.0.1/b"],"fileName":"a.iso"}"#).command
+                == .queueAdd(.one(NewDownload(urls: [URL(string: "http://127.0.0.1/a")!, URL(string: "http://127.0.0.1/b")!], fileName: "a.iso")))
+        )
+        #expect(
+            try self.decode(#"{"id":8,"method":"queueAdd","downloads":[{"urls":["http://127.0.0.1/x"]}]}"#).command
+                == .queueAdd(.batch([NewDownload(urls: [URL(string: "http://127.0.0.1/x")!])]))
+        )
+        #expect(try self.decode(#"{"id":9,"method":"queueList"}"#).command == .queueList(QueuePage()))
+        #expect(
+            try self.decode(#"{"id":10,"method":"queueList","offset":20,"limit":10,"states":["paused"],"search":"iso"}"#).command
+                == .queueList(QueuePage(offset: 20, limit: 10, states: [.paused], search: "iso"))
+        )
+        #expect(try self.decode(#"{"id":11,"method":"queuePause","all":true}"#).command == .queuePause(.all))
+        #expect(try self.decode(#"{"id":12,"method":"queueResume","downloadIDs":[1,2]}"#).command == .queueResume(.many([1, 2])))
+        #expect(try self.decode(#"{"id":13,"method":"queueRemove","downloadID":5}"#).command == .queueRemove(.one(5)))
+        #expect(try self.decode(#"{"id":14,"method":"queueSettings"}"#).command == .queueSettings(nil))
+        #expect(
+            try self.decode(#"{"id":15,"method":"queueSettings","settingKey":"max-concurrent","settingValue":"3"}"#).command
+                == .queueSettings(.init(settingKey: "max-concurrent", settingValue: "3"))
+        )
+        #expect(
+            try self.decode(#"{"id":16,"method":"queueSetSpeedLimit","downloadID":4,"speedLimit":0}"#).command
+                == .queueSetSpeedLimit(.init(downloadID: 4, speedLimit: 0))
+        )
+    }
+
+    @Test("Every command round-trips through its JSON line")
+    func roundTrip() throws {
+        let url = URL(string: "http://127.0.0.1:8080/file")!
+        var headers = HTTPHeaderFields()
+        headers.add(name: "Authorization", value: "Bearer x")
+        let commands: [DaemonRequest.Command] = [
+            .attach(.init(session: "s", launchCommand: ["/bin/true"])),
+            .createDownload(.init(session: "s", source: .url(url, headers: headers), options: .init(taskDescription: "d", isDiscretionary: true, resourceTimeout: 60))),
+            .createDownload(.init(session: "s", source: .resumeData(Data([9, 8, 7])))),
+            .createUpload(.init(session: "s", url: url, filePath: "/tmp/x", httpMethod: "PUT", headers: headers)),
+            .resume(.init(session: "s", taskID: 1)),
+            .suspend(.init(session: "s", taskID: 2)),
+            .cancel(.init(session: "s", taskID: 3, produceResumeData: true)),
+            .acknowledge(.init(session: "s", eventID: 4)),
+            .listTasks(.init(session: "s")),
+            .ping,
+            .queueAdd(.one(NewDownload(urls: [url], directory: "/d", fileName: "f", checksum: "sha256=00", speedLimit: 5, priority: 2, paused: true))),
+            .queueAdd(.batch([NewDownload(urls: [url]), NewDownload(urls: [url, url])])),
+            .queueList(QueuePage(offset: 1, limit: 2, states: [.error, .paused], search: "q")),
+            .queueGet(.init(downloadID: 6)),
+            .queuePause(.one(7)), .queuePause(.many([8, 9])), .queuePause(.all),
+            .queueResume(.all),
+            .queueCancel(.init(downloadID: 10)),
+            .queueRemove(.many([11])),
+            .queuePurge,
+            .queueSetURL(.init(downloadID: 12, url: url)),
+            .queueSettings(nil), .queueSettings(.init(settingKey: "k", settingValue: "v")),
+            .queueSetSpeedLimit(.init(downloadID: 13, speedLimit: 1000)),
+            .queueSubscribe,
+            .webUI,
+        ]
+        #expect(Set(commands.map(\.method)) == Set(DaemonRequest.Method.allCases), "every method is covered")
+        for (index, command) in commands.enumerated() {
+            let request = DaemonRequest(id: index, command)
+            let line = try JSONEncoder().encode(request)
+            let object = try #require(try JSONSerialization.jsonObject(with: line) as? [String: Any])
+            #expect(object["method"] as? String == command.method.rawValue, "flat: the method beside the fields")
+            #expect(try JSONDecoder().decode(DaemonRequest.self, from: line) == request, "\(String(decoding: line, as: UTF8.self))")
+        }
+    }
+
+    @Test("A line that does not fit its method is refused, naming the field")
+    func refusals() {
+        let lines: [(String, String)] = [
+            (#"{"id":1,"method":"fly"}"#, "method"),
+            (#"{"id":1}"#, "method"),
+            (#"{"method":"ping"}"#, "id"),
+            (#"{"id":1,"method":"resume","session":"s"}"#, "taskID"),
+            (#"{"id":1,"method":"createDownload","session":"s"}"#, "url"),
+            (#"{"id":1,"method":"createUpload","session":"s","url":"http://127.0.0.1/"}"#, "filePath"),
+            (#"{"id":1,"method":"queueGet"}"#, "downloadID"),
+            (#"{"id":1,"method":"queuePause"}"#, "downloadID"),
+            (#"{"id":1,"method":"queueList","offset":-3}"#, "offset"),
+            (#"{"id":1,"method":"queueSetURL","downloadID":1}"#, "url"),
+            (#"{"id":1,"method":"queueSettings","settingKey":"k"}"#, "settingValue"),
+            (#"{"id":1,"method":"queueAdd","downloads":[{"fileName":"x"}]}"#, "urls"),
+        ]
+        for (line, field) in lines {
+            do {
+                let request = try self.decode(line)
+                Issue.record("\(line) decoded as \(request)")
+            } catch DecodingError.keyNotFound(let key, _) {
+                #expect(key.stringValue == field, "\(line)")
+            } catch DecodingError.dataCorrupted(let context) {
+                #expect(context.codingPath.last?.stringValue == field, "\(line): \(context)")
+            } catch {
+                Issue.record("\(line): \(error)")
+            }
+        }
+    }
+}
