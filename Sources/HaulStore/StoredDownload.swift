@@ -58,6 +58,41 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
         self.createdAt = createdAt
     }
 
+    /// Reads a row column by column: several times faster than the `Decodable` path, which
+    /// matters when the queue lists or reloads 10,000 downloads. Writing still goes through
+    /// `Encodable`, so the two must agree on the columns (the store tests read back what they
+    /// wrote).
+    public init(row: Row) throws {
+        self.id = row["id"]
+        let urls: String = row["urls"]
+        do {
+            self.urls = try JSONDecoder().decode([URL].self, from: Data(urls.utf8))
+        } catch {
+            throw DatabaseError(message: "download \(self.id ?? 0): unreadable urls column: \(error)")
+        }
+        self.urlIndex = row["urlIndex"]
+        self.currentURL = (row["currentURL"] as String?).flatMap(URL.init(string:))
+        self.directory = row["directory"]
+        self.requestedName = row["requestedName"]
+        self.fileName = row["fileName"]
+        self.partialPath = row["partialPath"]
+        self.finalPath = row["finalPath"]
+        self.state = row["state"]
+        self.bytesDone = row["bytesDone"]
+        self.totalBytes = row["totalBytes"]
+        self.entityTag = row["entityTag"]
+        self.lastModified = row["lastModified"]
+        self.errorMessage = row["errorMessage"]
+        self.checksum = row["checksum"]
+        self.priority = row["priority"]
+        self.speedLimit = row["speedLimit"]
+        self.failedAttempts = row["failedAttempts"]
+        self.notBefore = row["notBefore"]
+        self.createdAt = row["createdAt"]
+        self.startedAt = row["startedAt"]
+        self.finishedAt = row["finishedAt"]
+    }
+
     public mutating func didInsert(_ inserted: InsertionSuccess) {
         self.id = inserted.rowID
     }
