@@ -159,18 +159,7 @@ extension DownloadQueue {
         do {
             switch intent {
             case .remove(let deleteRow):
-                let download = try self.store.download(id: id)
-                if let partial = download?.partialPath { unlink(partial) }
-                if deleteRow {
-                    try self.store.deleteDownload(id: id)
-                } else {
-                    try self.store.updateDownload(id: id) { download in
-                        download.state = .removed
-                        download.bytesDone = 0
-                        download.finishedAt = Date()
-                    }
-                }
-                self.publish(.removed(id: id))
+                try self.discard(id, partialPath: try self.store.download(id: id)?.partialPath, deleteRow: deleteRow)
             case .pause, .requeue, .shutdown:
                 let url = transfer.currentURL
                 let updated = try self.store.updateDownload(id: id) { download in

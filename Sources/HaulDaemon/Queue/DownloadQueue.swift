@@ -375,19 +375,24 @@ public final class DownloadQueue: TransferOwner, Sendable {
                 return
             }
             self.core.withdraw(TransferID(.queue, id))
-            if let partial = download.partialPath { unlink(partial) }
-            if deleteFromList {
-                try self.store.deleteDownload(id: id)
-                self.publish(.removed(id: id))
-            } else {
-                try self.store.updateDownload(id: id) { download in
-                    download.state = .removed
-                    download.bytesDone = 0
-                    download.finishedAt = Date()
-                }
-                self.publish(.removed(id: id))
+            try self.discard(id, partialPath: download.partialPath, deleteRow: deleteFromList)
+        }
+    }
+
+    /// The end of a cancelled download: its partial file goes, and its row either goes too or
+    /// stays as `removed` (until purged). Subscribers hear `removed` either way.
+    func discard(_ id: Int64, partialPath: String?, deleteRow: Bool) throws {
+        if let partialPath { unlink(partialPath) }
+        if deleteRow {
+            try self.store.deleteDownload(id: id)
+        } else {
+            try self.store.updateDownload(id: id) { download in
+                download.state = .removed
+                download.bytesDone = 0
+                download.finishedAt = Date()
             }
         }
+        self.publish(.removed(id: id))
     }
 
     /// Drops finished, failed and cancelled downloads from the history (their files stay).
