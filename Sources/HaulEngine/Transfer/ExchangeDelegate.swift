@@ -56,7 +56,9 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
     private(set) var record: TransactionRecord
     /// The writer of a body going to a file; the run waits for it to drain once the exchange
     /// has ended, before it judges the body or closes the file.
-    private(set) var fileWriter: FileBodyWriter?
+    var fileWriter: FileBodyWriter? {
+        if case .toFile(_, let writer) = self.mode { writer } else { nil }
+    }
 
     init(run: TransferRun, request: TransferRequest) {
         self.run = run
@@ -159,7 +161,6 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                 }
                 run.observer.transferRun(run, didWrite: count, totalOnDisk: total, expectedTotal: expected)
             }
-            self.fileWriter = writer
             self.mode = .toFile(response, writer)
             self.run.observer.transferRun(self.run, didReceive: response, resumedAtOffset: resumedAtOffset, expectedTotal: expectedTotal)
         case .finishWithExistingBytes(let total):
