@@ -59,9 +59,8 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
     }
 
     /// Reads a row column by column: several times faster than the `Decodable` path, which
-    /// matters when the queue lists or reloads 10,000 downloads. Writing still goes through
-    /// `Encodable`, so the two must agree on the columns (the store tests read back what they
-    /// wrote).
+    /// matters when the queue reloads 10,000 downloads. ``columnValues`` is the writing side;
+    /// the two must agree on the columns (the store tests read back what they wrote).
     public init(row: Row) throws {
         self.id = row["id"]
         let urls: String = row["urls"]
@@ -95,6 +94,48 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
 
     public mutating func didInsert(_ inserted: InsertionSuccess) {
         self.id = inserted.rowID
+    }
+
+    /// Every column but `id`, with its value: what ``encode(to:)`` and the store's batch insert
+    /// write (column by column, not through `Encodable`, which was half the cost of adding
+    /// 10,000 downloads). `urls` is a JSON array of strings.
+    public var columnValues: [(name: String, value: (any DatabaseValueConvertible)?)] {
+        var urls = JSONWriter(capacity: 64 * self.urls.count)
+        urls.append(UInt8(ascii: "["))
+        for (index, url) in self.urls.enumerated() {
+            if index > 0 { urls.append(UInt8(ascii: ",")) }
+            urls.append(string: url.absoluteString)
+        }
+        urls.append(UInt8(ascii: "]"))
+        return [
+            ("urls", String(decoding: urls.bytes, as: UTF8.self)),
+            ("urlIndex", self.urlIndex),
+            ("currentURL", self.currentURL?.absoluteString),
+            ("directory", self.directory),
+            ("requestedName", self.requestedName),
+            ("fileName", self.fileName),
+            ("partialPath", self.partialPath),
+            ("finalPath", self.finalPath),
+            ("state", self.state.rawValue),
+            ("bytesDone", self.bytesDone),
+            ("totalBytes", self.totalBytes),
+            ("entityTag", self.entityTag),
+            ("lastModified", self.lastModified),
+            ("errorMessage", self.errorMessage),
+            ("checksum", self.checksum),
+            ("priority", self.priority),
+            ("speedLimit", self.speedLimit),
+            ("failedAttempts", self.failedAttempts),
+            ("notBefore", self.notBefore.map(StoredDate.text)),
+            ("createdAt", StoredDate.text(self.createdAt)),
+            ("startedAt", self.startedAt.map(StoredDate.text)),
+            ("finishedAt", self.finishedAt.map(StoredDate.text)),
+        ]
+    }
+
+    public func encode(to container: inout PersistenceContainer) throws {
+        container["id"] = self.id
+        for (name, value) in self.columnValues { container[name] = value }
     }
 
     /// The URL the next attempt requests.

@@ -54,18 +54,9 @@ extension TransferStore {
         try self.read { db in try StoredDownload.fetchOne(db, key: id) }
     }
 
-    /// Every download not purged, oldest first.
+    /// Every download not purged (cancelled ones too), oldest first.
     public func allDownloads() throws -> [StoredDownload] {
-        try self.read { db in
-            try StoredDownload.filter(StoredDownload.Columns.state != QueuedDownloadState.removed.rawValue)
-                .order(StoredDownload.Columns.id).fetchAll(db)
-        }
-    }
-
-    public func downloads(in state: QueuedDownloadState) throws -> [StoredDownload] {
-        try self.read { db in
-            try StoredDownload.filter(StoredDownload.Columns.state == state.rawValue).order(StoredDownload.Columns.id).fetchAll(db)
-        }
+        try self.read { db in try StoredDownload.order(StoredDownload.Columns.id).fetchAll(db) }
     }
 
     /// Saves every column of `download`.
@@ -124,57 +115,19 @@ extension TransferStore {
 
 extension TransferStore {
     /// Records many new downloads in one transaction (all or none), with their ids.
+    /// One prepared statement for the whole batch.
     public func insert(_ downloads: [StoredDownload]) throws -> [StoredDownload] {
-        try self.write { db in
-            try downloads.map { download in
+        guard let first = downloads.first else { return [] }
+        let names = first.columnValues.map(\.name)
+        let sql = "INSERT INTO \(StoredDownload.databaseTableName) (\(names.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: names.count).joined(separator: ", ")))"
+        return try self.write { db in
+            let statement = try db.cachedStatement(sql: sql)
+            return try downloads.map { download in
                 var download = download
-                try download.insert(db)
+                try statement.execute(arguments: StatementArguments(download.columnValues.map(\.value)))
+                download.id = db.lastInsertedRowID
                 return download
             }
-        }
-    }
-
-    /// One page of the list and the count of every download that matches the page's filter.
-    public func downloads(_ page: QueuePage) throws -> (downloads: [StoredDownload], total: Int) {
-        try self.read { db in
-            var request = StoredDownload.all()
-            if let states = page.states {
-                request = request.filter(states.map(\.rawValue).contains(StoredDownload.Columns.state))
-            } else {
-                request = request.filter(StoredDownload.Columns.state != QueuedDownloadState.removed.rawValue)
-            }
-            if let search = page.search?.trimmingCharacters(in: .whitespaces), !search.isEmpty {
-                let pattern = "%" + search.replacingOccurrences(of: "\\", with: "\\\\")
-                    .replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_") + "%"
-                request = request.filter(
-                    sql: "(fileName LIKE ? ESCAPE '\\' OR urls LIKE ? ESCAPE '\\')",
-                    arguments: [pattern, pattern]
-                )
-            }
-            let total = try request.fetchCount(db)
-            let rows = try request.order(StoredDownload.Columns.id).limit(page.limit ?? -1, offset: page.offset).fetchAll(db)
-            return (rows, total)
-        }
-    }
-
-    /// How many downloads are in each state (states with none are absent).
-    public func downloadCounts() throws -> [QueuedDownloadState: Int] {
-        try self.read { db in
-            var counts: [QueuedDownloadState: Int] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM queuedDownload GROUP BY state") {
-                if let state = QueuedDownloadState(rawValue: row["state"]) { counts[state] = row["n"] }
-            }
-            return counts
-        }
-    }
-
-    /// The ids of the downloads in `states`, oldest first.
-    public func downloadIDs(in states: [QueuedDownloadState]) throws -> [Int64] {
-        try self.read { db in
-            try StoredDownload.select(StoredDownload.Columns.id, as: Int64.self)
-                .filter(states.map(\.rawValue).contains(StoredDownload.Columns.state))
-                .order(StoredDownload.Columns.id)
-                .fetchAll(db)
         }
     }
 

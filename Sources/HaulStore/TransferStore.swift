@@ -79,7 +79,7 @@ public struct TransferStore: Sendable {
         return migrator
     }
 
-    func read<T>(_ body: (Database) throws -> T) throws -> T {
+    package func read<T>(_ body: (Database) throws -> T) throws -> T {
         try self.writer.read(body)
     }
 

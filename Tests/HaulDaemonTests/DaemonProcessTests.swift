@@ -301,6 +301,70 @@ struct DaemonProcessTests {
         _ = await daemon.terminate()
         daemon.cleanUp()
     }
+
+    @Test("queueList pages, filters, searches and projects (fields); changes show at once and the list survives a restart")
+    func queueListAtScale() async throws {
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let directory = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("files").path
+        var client = try DaemonTestClient(socketPath: daemon.socketPath)
+        // Paused, so nothing is fetched (port 9 of loopback: discard, nobody listens).
+        let added = try await client.request(DaemonRequest(.queueAdd(.batch((1...25).map { index in
+            NewDownload(
+                urls: [URL(string: "http://127.0.0.1:9/missing/\(index).bin")!],
+                directory: directory,
+                fileName: index % 5 == 0 ? "Report \(index) ü.pdf" : nil,
+                paused: true
+            )
+        }))))
+        #expect(added.downloads?.map(\.id) == Array(1...25), "\(added.error ?? "")")
+        let page = try await client.request(DaemonRequest(.queueList(QueuePage(offset: 5, limit: 10))))
+        #expect(page.downloads?.map(\.id) == Array(6...15))
+        #expect(page.total == 25)
+        #expect(page.downloads?.first?.urls == [URL(string: "http://127.0.0.1:9/missing/6.bin")!])
+        let found = try await client.request(DaemonRequest(.queueList(QueuePage(search: "REPORT"))))
+        #expect(found.downloads?.map(\.id) == [5, 10, 15, 20, 25])
+        #expect(found.downloads?.first?.fileName == "Report 5 ü.pdf")
+
+        // A projection, read as raw JSON: only the asked members, in the asked order.
+        client.sendRaw(Array(#"{"id":7,"method":"queueList","fields":["state","id"],"limit":2}\#n"#.utf8))
+        let raw = try #require(await client.readRawLine())
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(raw)) as? [String: Any])
+        let response = try #require(object["response"] as? [String: Any])
+        #expect(response["total"] as? Int == 25)
+        let projected = try #require(response["downloads"] as? [[String: Any]], "\(String(decoding: raw, as: UTF8.self))")
+        #expect(projected.map { Set($0.keys) } == [["id", "state"], ["id", "state"]])
+        #expect(projected.map { $0["id"] as? Int } == [1, 2])
+        #expect(String(decoding: raw, as: UTF8.self).contains(#"{"state":"paused","id":1}"#))
+        client.sendRaw(Array(#"{"id":8,"method":"queueList","fields":["gid"]}\#n"#.utf8))
+        #expect(await client.readLine()?.response?.error?.contains("unknown field 'gid'") == true)
+
+        // Changes are listed at once.
+        _ = try await client.request(DaemonRequest(.queueCancel(.init(downloadID: 3))))
+        _ = try await client.request(DaemonRequest(.queueSetSpeedLimit(.init(downloadID: 4, speedLimit: 250_000))))
+        let removed = try await client.request(DaemonRequest(.queueList(QueuePage(states: [.removed]))))
+        #expect(removed.downloads?.map(\.id) == [3])
+        let afterCancel = try await client.request(DaemonRequest(.queueList(QueuePage(limit: 4))))
+        #expect(afterCancel.total == 24)
+        #expect(afterCancel.downloads?.map(\.id) == [1, 2, 4, 5])
+        #expect(afterCancel.downloads?[2].speedLimit == 250_000)
+
+        // A restart reads the list back from the store.
+        client.close()
+        #expect(await daemon.terminate() == 0)
+        try await daemon.start()
+        client = try DaemonTestClient(socketPath: daemon.socketPath)
+        let restarted = try await client.request(DaemonRequest(.queueList(QueuePage())))
+        #expect(restarted.total == 24)
+        #expect(restarted.downloads?.map(\.id) == [1, 2] + Array(4...25))
+        #expect(restarted.downloads?.first { $0.id == 4 }?.speedLimit == 250_000)
+        #expect(restarted.downloads?.allSatisfy { $0.state == .paused } == true)
+        #expect(try await client.request(DaemonRequest(.queuePurge)).count == 1)
+        #expect(try await client.request(DaemonRequest(.queueList(QueuePage(states: [.removed])))).total == 0)
+        client.close()
+        _ = await daemon.terminate()
+        daemon.cleanUp()
+    }
 }
 
 @discardableResult

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import HaulCore
 import HaulStore
 import Testing
@@ -17,6 +18,63 @@ struct TransferStoreTests {
                 resourceDeadline: Date().addingTimeInterval(60)
             )
         )
+    }
+
+    @Test("Downloads added in a batch read back field for field; dates are stored as GRDB writes them")
+    func downloadsRoundTrip() throws {
+        let store = try TransferStore.inMemory()
+        var full = StoredDownload(
+            urls: [URL(string: "http://127.0.0.1/a%20b?q=\"x\"")!, URL(string: "https://[::1]:8443/mirror/ü")!],
+            directory: "/srv/dl",
+            requestedName: "name \"quoted\" \\ ü.bin",
+            checksum: "sha256=00",
+            priority: -3,
+            speedLimit: 1_000,
+            createdAt: Date(timeIntervalSince1970: 1_763_900_000.987_6)
+        )
+        full.urlIndex = 1
+        full.currentURL = URL(string: "http://127.0.0.1/redirected")
+        full.partialPath = "/srv/dl/x.1.haul-part"
+        full.finalPath = "/srv/dl/x"
+        full.state = .error
+        full.bytesDone = 1 << 33
+        full.totalBytes = 1 << 34
+        full.entityTag = "\"abc\""
+        full.lastModified = "Sun, 06 Nov 1994 08:49:37 GMT"
+        full.errorMessage = "line one\nline two"
+        full.failedAttempts = 4
+        full.notBefore = Date(timeIntervalSince1970: 0.5)
+        full.startedAt = Date(timeIntervalSince1970: 4_102_444_799.001)
+        full.finishedAt = Date(timeIntervalSince1970: 1_000_000_000)
+        let minimal = StoredDownload(urls: [URL(string: "http://127.0.0.1/b")!], directory: "/d", requestedName: nil, checksum: nil, priority: 0, speedLimit: 0)
+        let inserted = try store.insert([full, minimal])
+        #expect(inserted.map(\.id) == [1, 2])
+        // Dates keep their milliseconds (rounded, as GRDB's own formatter writes them).
+        func close(_ read: Date?, _ written: Date?) -> Bool {
+            guard let read, let written else { return read == nil && written == nil }
+            let difference = written.timeIntervalSince1970 - read.timeIntervalSince1970
+            return abs(difference) <= 0.000_51
+        }
+        for (written, id) in zip([full, minimal], [Int64(1), 2]) {
+            let read = try #require(try store.download(id: id))
+            #expect(close(read.createdAt, written.createdAt))
+            #expect(close(read.notBefore, written.notBefore))
+            #expect(close(read.startedAt, written.startedAt))
+            #expect(close(read.finishedAt, written.finishedAt))
+            var expected = written
+            expected.id = id
+            expected.createdAt = read.createdAt
+            expected.notBefore = read.notBefore
+            expected.startedAt = read.startedAt
+            expected.finishedAt = read.finishedAt
+            #expect(read == expected)
+        }
+        let texts = try store.read { db in try String.fetchAll(db, sql: "SELECT createdAt FROM queuedDownload ORDER BY id") }
+        #expect(texts[0] == String.fromDatabaseValue(full.createdAt.databaseValue), "the text GRDB itself writes")
+        #expect(texts[0] == "2025-11-23 12:13:20.988")
+        // Updates go through the same columns.
+        try store.updateDownload(id: 2) { $0.finishedAt = Date(timeIntervalSince1970: 86_400.25) }
+        #expect(close(try store.download(id: 2)?.finishedAt, Date(timeIntervalSince1970: 86_400.25)))
     }
 
     @Test func tasksGetIdentifiersAndRoundTrip() throws {

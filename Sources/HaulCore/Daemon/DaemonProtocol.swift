@@ -64,10 +64,17 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
     /// With `queueList`: how many downloads match the filter (all pages).
     public var total: Int?
     public var webURL: String?
+    /// The daemon's side of a long `downloads`: a JSON array written from ``DownloadRecord``s,
+    /// sent as `downloads` (see ``DaemonServerLine/encoded()``). Never decoded.
+    public var encodedDownloads: [UInt8]?
 
     public init(id: Int, error: String? = nil) {
         self.id = id
         self.error = error
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, error, taskID, tasks, resumeData, processID, download, downloads, settings, count, total, webURL
     }
 }
 
@@ -132,5 +139,22 @@ public struct DaemonServerLine: Codable, Sendable, Hashable {
 
     public init(event: DaemonEvent) {
         self.event = event
+    }
+
+    /// The line as sent, newline included; a response's ``DaemonResponse/encodedDownloads``
+    /// goes in as its `downloads` member, copied as is.
+    public func encoded() throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        var line: [UInt8]
+        if let response = self.response, let downloads = response.encodedDownloads {
+            line = Array(#"{"response":"#.utf8)
+            line.append(contentsOf: JSONWriter.inserting(member: "downloads", raw: downloads, into: Array(try encoder.encode(response))))
+            line.append(UInt8(ascii: "}"))
+        } else {
+            line = Array(try encoder.encode(self))
+        }
+        line.append(UInt8(ascii: "\n"))
+        return line
     }
 }

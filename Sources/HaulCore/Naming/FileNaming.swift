@@ -20,7 +20,7 @@ public enum FileNaming {
             return safe
         }
         let last = url.path.split(separator: "/").last.map(String.init) ?? ""
-        let decoded = last.removingPercentEncoding ?? last
+        let decoded = last.utf8.contains(UInt8(ascii: "%")) ? (last.removingPercentEncoding ?? last) : last
         return sanitize(decoded) ?? "index.html"
     }
 
@@ -39,6 +39,7 @@ public enum FileNaming {
     ///
     /// - Returns: `nil` when nothing usable remains.
     public static func sanitize(_ name: String) -> String? {
+        if Self.isPlain(name) { return name }
         let lastComponent = name.split(whereSeparator: { $0 == "/" || $0 == "\\" }).last.map(String.init) ?? ""
         var cleaned = String(
             String.UnicodeScalarView(
@@ -50,6 +51,16 @@ public enum FileNaming {
         cleaned = cleaned.trimmingCharacters(in: .whitespaces)
         guard !cleaned.isEmpty else { return nil }
         return truncate(cleaned, toBytes: maximumNameBytes)
+    }
+
+    /// Whether `name` needs no change: printable ASCII without separators, not starting with a
+    /// dot or a space, not ending with a space, short enough. (Most names; no Foundation work.)
+    private static func isPlain(_ name: String) -> Bool {
+        let utf8 = name.utf8
+        guard let first = utf8.first, let last = utf8.last, utf8.count <= maximumNameBytes,
+              first != UInt8(ascii: "."), first != UInt8(ascii: " "), last != UInt8(ascii: " ")
+        else { return false }
+        return utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: "\\") || $0 == 0x20 }
     }
 
     /// The `index`-th alternative to `name` for avoiding a clash: `report (1).pdf`,

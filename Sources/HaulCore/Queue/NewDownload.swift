@@ -66,15 +66,24 @@ public struct QueuePage: Codable, Sendable, Hashable {
     public var states: [QueuedDownloadState]?
     /// Only downloads whose file name or URL contains this text (case-insensitive).
     public var search: String?
+    /// Only these members of each download (as aria2's `keys`); `nil`: all of them.
+    public var fields: [DownloadField]?
 
-    public init(offset: Int = 0, limit: Int? = nil, states: [QueuedDownloadState]? = nil, search: String? = nil) {
+    public init(
+        offset: Int = 0,
+        limit: Int? = nil,
+        states: [QueuedDownloadState]? = nil,
+        search: String? = nil,
+        fields: [DownloadField]? = nil
+    ) {
         self.offset = max(0, offset)
         self.limit = limit.map { max(0, $0) }
         self.states = states
         self.search = search
+        self.fields = fields
     }
 
-    enum CodingKeys: String, CodingKey { case offset, limit, states, search }
+    enum CodingKeys: String, CodingKey { case offset, limit, states, search, fields }
 
     /// Every field may be left out; a negative `offset` or `limit` is an error, not a guess.
     public init(from decoder: any Decoder) throws {
@@ -83,11 +92,18 @@ public struct QueuePage: Codable, Sendable, Hashable {
         let limit = try container.decodeIfPresent(Int.self, forKey: .limit)
         if offset < 0 { throw DecodingError.dataCorruptedError(forKey: .offset, in: container, debugDescription: "'offset' cannot be negative") }
         if let limit, limit < 0 { throw DecodingError.dataCorruptedError(forKey: .limit, in: container, debugDescription: "'limit' cannot be negative") }
+        var fields: [DownloadField]?
+        if let names = try container.decodeIfPresent([String].self, forKey: .fields) {
+            do { fields = try DownloadField.parse(names) } catch {
+                throw DecodingError.dataCorruptedError(forKey: .fields, in: container, debugDescription: "\(error)")
+            }
+        }
         self.init(
             offset: offset,
             limit: limit,
             states: try container.decodeIfPresent([QueuedDownloadState].self, forKey: .states),
-            search: try container.decodeIfPresent(String.self, forKey: .search)
+            search: try container.decodeIfPresent(String.self, forKey: .search),
+            fields: fields
         )
     }
 }

@@ -45,7 +45,7 @@ extension DownloadQueue {
                 // Bytes are recorded as safe only once they are on the disk, not in the page cache.
                 if let partial = try self.store.download(id: id)?.partialPath { PartialFile.syncData(atPath: partial) }
                 let checkpoint = transfer.takeCheckpoint()
-                try self.store.updateDownload(id: id) { download in
+                try self.updateDownload(id: id) { download in
                     download.record(checkpoint.point, currentURL: checkpoint.currentURL)
                     download.totalBytes = checkpoint.totalBytes ?? download.totalBytes
                     if download.requestedName == nil, let suggested = checkpoint.suggestedName { download.fileName = suggested }
@@ -79,7 +79,7 @@ extension DownloadQueue {
         let point = resumable
         let download: StoredDownload
         do {
-            guard let updated = try self.store.updateDownload(id: id, { download in
+            guard let updated = try self.updateDownload(id: id, { download in
                 download.state = .active
                 download.partialPath = partial
                 download.startedAt = download.startedAt ?? Date()
@@ -162,7 +162,7 @@ extension DownloadQueue {
                 try self.discard(id, partialPath: try self.store.download(id: id)?.partialPath, deleteRow: deleteRow)
             case .pause, .requeue, .shutdown:
                 let url = transfer.currentURL
-                let updated = try self.store.updateDownload(id: id) { download in
+                let updated = try self.updateDownload(id: id) { download in
                     download.record(point, currentURL: url)
                     if case .requeue = intent, download.state == .active { download.state = .waiting }
                 }
@@ -195,7 +195,7 @@ extension DownloadQueue {
                 randomUnit: Double.random(in: 0..<1)
             )
             let url = transfer.currentURL
-            let updated = try self.store.updateDownload(id: id) { download in
+            let updated = try self.updateDownload(id: id) { download in
                 download.record(point, currentURL: url)
                 guard download.state == .active else { return }  // paused or cancelled meanwhile
                 switch decision {
@@ -263,7 +263,7 @@ extension DownloadQueue {
             }
             if let verdict {
                 // A bad file is never presented as finished; resuming starts over.
-                let updated = try self.store.updateDownload(id: id) { download in
+                let updated = try self.updateDownload(id: id) { download in
                     download.state = .error
                     download.errorMessage = verdict
                     download.bytesDone = 0
@@ -281,7 +281,7 @@ extension DownloadQueue {
                 finalPath = try NoOverwriteMove.moveChoosingFreeName(partial, directory: download.directory, name: name)
             } catch {
                 let message = "cannot move the finished file into \(download.directory): \(error)"
-                let updated = try self.store.updateDownload(id: id) { download in
+                let updated = try self.updateDownload(id: id) { download in
                     download.state = .error
                     download.errorMessage = message
                     download.bytesDone = total
@@ -289,7 +289,7 @@ extension DownloadQueue {
                 if let updated { self.publish(.changed(updated.info)) }
                 return
             }
-            let updated = try self.store.updateDownload(id: id) { download in
+            let updated = try self.updateDownload(id: id) { download in
                 download.state = .complete
                 download.bytesDone = total
                 download.totalBytes = total

@@ -56,6 +56,8 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var subscribers: [UInt64: @Sendable (QueueChange) -> Void] = [:]
         var nextSubscriber: UInt64 = 0
         var isShuttingDown = false
+        /// Every download, for lists and counts (the store is the durable copy).
+        var index = DownloadIndex()
     }
 
     package let store: TransferStore
@@ -82,7 +84,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// core's scheduler.
     public func start() throws {
         try self.store.reviveInterruptedDownloads()
-        self.core.enqueue(try self.store.downloads(in: .waiting).map(Self.entry(for:)))
+        let rows = try self.store.allDownloads()
+        self.state.withLock { $0.index = DownloadIndex(rows.lazy.map(\.info)) }
+        self.core.enqueue(rows.filter { $0.state == .waiting }.map(Self.entry(for:)))
     }
 
     /// The scheduler's view of a waiting download.
@@ -124,12 +128,43 @@ public final class DownloadQueue: TransferOwner, Sendable {
     }
 
     /// One page of the list (oldest first), filtered by state and name, with the count of all
-    /// that match. Reads the store on the caller's thread (WAL readers do not wait for writers).
+    /// that match.
     public func list(_ page: QueuePage) async throws -> (downloads: [QueuedDownloadInfo], total: Int) {
-        let (rows, total) = try self.store.downloads(page)
-        let live = self.state.withLock { $0.running.mapValues(\.transfer) }
-        return (rows.map { self.info(for: $0, live: live[$0.id!]) }, total)
+        let (records, total) = self.records(page)
+        return (try Self.decoder.decode([QueuedDownloadInfo].self, from: Data(DownloadRecord.array(records, fields: nil))), total)
     }
+
+    /// One page of the list as JSON records, and the count of all that match: answered from
+    /// memory, encoding only the running downloads again (their live numbers).
+    public func records(_ page: QueuePage) -> (records: [DownloadRecord], total: Int) {
+        let (entries, total, live) = self.state.withLock { state in
+            let (entries, total) = state.index.page(page)
+            return (entries, total, state.running.isEmpty ? [:] : state.running.mapValues(\.transfer))
+        }
+        var records = entries.map(\.record)
+        if !live.isEmpty {
+            for (position, entry) in entries.enumerated() {
+                guard let transfer = live[entry.id],
+                      let stored = try? Self.decoder.decode(QueuedDownloadInfo.self, from: Data(entry.record.bytes))
+                else { continue }
+                records[position] = DownloadRecord(Self.overlay(stored, live: transfer))
+            }
+        }
+        return (records, total)
+    }
+
+    /// The JSON records of `infos` as the list has them (written once, when they changed).
+    public func records(of infos: [QueuedDownloadInfo]) -> [DownloadRecord] {
+        self.state.withLock { state in
+            infos.map { state.index.entry(id: $0.id)?.record ?? DownloadRecord($0) }
+        }
+    }
+
+    private static let decoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }()
 
     public func download(id: Int64) async throws -> QueuedDownloadInfo {
         try await self.onWork { try self.info(for: self.existing(id)) }
@@ -142,8 +177,13 @@ public final class DownloadQueue: TransferOwner, Sendable {
     }
 
     private func info(for download: StoredDownload, live transfer: TrackedTransfer?) -> QueuedDownloadInfo {
-        var info = download.info
-        guard let transfer else { return info }
+        guard let transfer else { return download.info }
+        return Self.overlay(download.info, live: transfer)
+    }
+
+    /// `info` with the live numbers of its running transfer.
+    private static func overlay(_ info: QueuedDownloadInfo, live transfer: TrackedTransfer) -> QueuedDownloadInfo {
+        var info = info
         info.bytesDone = transfer.bytesDone
         info.totalBytes = transfer.totalBytes ?? info.totalBytes
         if info.fileName == nil { info.fileName = transfer.suggestedName }
@@ -206,7 +246,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         }
         let newRows = rows
         return try await self.onWork {
-            let inserted = try self.store.insert(newRows)
+            let inserted = try self.insertDownloads(newRows)
             if inserted.count == 1 {
                 self.logger.info("queued download \(inserted[0].id!): \(inserted[0].urls[0].absoluteString) → \(inserted[0].directory)")
             } else {
@@ -294,7 +334,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// changed. One transaction, however many.
     public func pause(ids: [Int64]?) async throws -> Int {
         try await self.onWork {
-            let candidates = try ids ?? self.store.downloadIDs(in: [.waiting, .active])
+            let candidates = ids ?? self.state.withLock { $0.index.ids(in: [.waiting, .active]) }
             return try self.pauseLocked(candidates)
         }
     }
@@ -302,7 +342,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// Resumes the paused or failed downloads of `ids` (every paused one when `nil`).
     public func resume(ids: [Int64]?) async throws -> Int {
         try await self.onWork {
-            let candidates = try ids ?? self.store.downloadIDs(in: [.paused])
+            let candidates = ids ?? self.state.withLock { $0.index.ids(in: [.paused]) }
             return try self.resumeLocked(candidates)
         }
     }
@@ -316,15 +356,15 @@ public final class DownloadQueue: TransferOwner, Sendable {
     }
 
     /// How many downloads are in each state, for tab and filter counts.
-    public func stateCounts() throws -> [QueuedDownloadState: Int] {
-        try self.store.downloadCounts()
+    public func stateCounts() -> [QueuedDownloadState: Int] {
+        self.state.withLock { $0.index.stateCounts }
     }
 
     public func pauseAll() async throws -> Int { try await self.pause(ids: nil) }
     public func resumeAll() async throws -> Int { try await self.resume(ids: nil) }
 
     private func pauseLocked(_ ids: [Int64]) throws -> Int {
-        let changed = try self.store.updateDownloads(ids: ids) { download in
+        let changed = try self.updateDownloads(ids: ids) { download in
             guard download.state.canPause else { return false }
             download.state = .paused
             return true
@@ -342,7 +382,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
     }
 
     private func resumeLocked(_ ids: [Int64]) throws -> Int {
-        let changed = try self.store.updateDownloads(ids: ids) { download in
+        let changed = try self.updateDownloads(ids: ids) { download in
             guard download.state.canResume else { return false }
             download.state = .waiting
             download.errorMessage = nil
@@ -365,7 +405,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
                 guard deleteFromList else {
                     throw DaemonError("download \(id) is \(download.state.rawValue); use 'haul rm \(id)' to drop it from the list")
                 }
-                try self.store.deleteDownload(id: id)
+                try self.deleteDownload(id: id)
                 self.publish(.removed(id: id))
                 return
             }
@@ -384,9 +424,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
     func discard(_ id: Int64, partialPath: String?, deleteRow: Bool) throws {
         if let partialPath { unlink(partialPath) }
         if deleteRow {
-            try self.store.deleteDownload(id: id)
+            try self.deleteDownload(id: id)
         } else {
-            try self.store.updateDownload(id: id) { download in
+            try self.updateDownload(id: id) { download in
                 download.state = .removed
                 download.bytesDone = 0
                 download.finishedAt = Date()
@@ -398,10 +438,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// Drops finished, failed and cancelled downloads from the history (their files stay).
     public func purge() async throws -> Int {
         try await self.onWork {
-            let gone = try self.store.allDownloads().filter { !$0.state.isInProgress }.map { $0.id! }
-            let count = try self.store.purgeFinishedDownloads()
+            let gone = try self.purgeFinishedDownloads()
             for id in gone { self.publish(.removed(id: id)) }
-            return count
+            return gone.count
         }
     }
 
@@ -417,7 +456,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
             guard download.state == .waiting || download.state == .paused || download.state == .error else {
                 throw DaemonError("download \(id) is \(download.state.rawValue); pause it before changing its URL")
             }
-            guard let updated = try self.store.updateDownload(id: id, { download in
+            guard let updated = try self.updateDownload(id: id, { download in
                 download.urls[0] = url
                 download.urlIndex = 0
                 download.currentURL = nil
@@ -450,7 +489,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         guard bytesPerSecond >= 0 else { throw DaemonError("a speed limit cannot be negative") }
         return try await self.onWork {
             _ = try self.existing(id)
-            guard let updated = try self.store.updateDownload(id: id, { $0.speedLimit = bytesPerSecond }) else {
+            guard let updated = try self.updateDownload(id: id, { $0.speedLimit = bytesPerSecond }) else {
                 throw DaemonError("no download with id \(id)")
             }
             self.state.withLock { $0.running[id]?.transfer.speedLimiter }?.setRate(bytesPerSecond: bytesPerSecond)
@@ -479,7 +518,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
     }
 
     func setState(_ id: Int64, _ state: QueuedDownloadState) throws {
-        if let updated = try self.store.updateDownload(id: id, { $0.state = state }) {
+        if let updated = try self.updateDownload(id: id, { $0.state = state }) {
             self.publish(.changed(self.info(for: updated)))
         }
     }

@@ -24,11 +24,8 @@ final class DaemonConnection: DaemonClient, Sendable {
     }
 
     private func write(_ line: DaemonServerLine) {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
-        guard var data = try? encoder.encode(line) else { return }
-        data.append(UInt8(ascii: "\n"))
-        self.channel.writeAndFlush(ByteBuffer(bytes: data), promise: nil)
+        guard let bytes = try? line.encoded() else { return }
+        self.channel.writeAndFlush(ByteBuffer(bytes: bytes), promise: nil)
     }
 }
 

@@ -6,7 +6,8 @@ enum QueueRequestHandler {
     static func handle(_ command: DaemonRequest.Command, queue: DownloadQueue, connection: DaemonConnection, into response: inout DaemonResponse) async throws {
         switch command {
         case .queueAdd(.batch(let downloads)):
-            response.downloads = try await queue.add(downloads)
+            let added = try await queue.add(downloads)
+            response.encodedDownloads = DownloadRecord.array(queue.records(of: added), fields: nil, capacity: added.count * 300)
         case .queueAdd(.one(let download)):
             response.download = try await queue.add(
                 urls: download.urls,
@@ -18,7 +19,9 @@ enum QueueRequestHandler {
                 paused: download.paused
             )
         case .queueList(let page):
-            (response.downloads, response.total) = try await queue.list(page)
+            let (records, total) = queue.records(page)
+            response.encodedDownloads = DownloadRecord.array(records, fields: page.fields, capacity: records.count * (page.fields == nil ? 300 : 40))
+            response.total = total
             response.settings = queue.settings
         case .queueGet(let reference):
             response.download = try await queue.download(id: reference.downloadID)

@@ -59,11 +59,15 @@ enum WebJSON {
     }()
 
     static func response(_ value: some Encodable, status: HTTPResponse.Status = .ok) -> Response {
-        let data = (try? self.encoder.encode(value)) ?? Data("{}".utf8)
-        return Response(
+        self.response(raw: Array((try? self.encoder.encode(value)) ?? Data("{}".utf8)), status: status)
+    }
+
+    /// A JSON body already written.
+    static func response(raw: [UInt8], status: HTTPResponse.Status = .ok) -> Response {
+        Response(
             status: status,
             headers: [.contentType: "application/json", .cacheControl: "no-store"],
-            body: ResponseBody(byteBuffer: ByteBuffer(bytes: data))
+            body: ResponseBody(byteBuffer: ByteBuffer(bytes: raw))
         )
     }
 

@@ -104,10 +104,17 @@ public final class WebUIServer: Sendable {
         }
         let queue = self.queue
         router.get("/api/downloads") { request, _ in
-            try await Self.answer {
+            do {
                 let page = try Self.page(request.uri.queryParameters)
-                let (downloads, total) = try await queue.list(page)
-                return ListAnswer(downloads: downloads, total: total, counts: try Self.counts(queue), settings: queue.settings)
+                let (records, total) = queue.records(page)
+                let answer = ListAnswer(total: total, counts: Self.counts(queue), settings: queue.settings)
+                return WebJSON.response(raw: JSONWriter.inserting(
+                    member: "downloads",
+                    raw: DownloadRecord.array(records, fields: nil, capacity: records.count * 300),
+                    into: Array(try WebJSON.encoder.encode(answer))
+                ))
+            } catch let error as DaemonError {
+                return WebJSON.response(["error": error.description], status: .badRequest)
             }
         }
         router.post("/api/downloads/:id/limit") { request, context in
@@ -194,8 +201,8 @@ public final class WebUIServer: Sendable {
         router.get("/api/events") { _, _ in self.eventStream() }
     }
 
+    /// A page of the list; its `downloads` go in as records (``DownloadRecord``).
     struct ListAnswer: Encodable {
-        var downloads: [QueuedDownloadInfo]
         var total: Int
         var counts: [String: Int]
         var settings: QueueSettings
@@ -208,8 +215,8 @@ public final class WebUIServer: Sendable {
     }
 
     /// Downloads per state, and per tab (`downloading`, `finished`).
-    static func counts(_ queue: DownloadQueue) throws -> [String: Int] {
-        let byState = try queue.stateCounts()
+    static func counts(_ queue: DownloadQueue) -> [String: Int] {
+        let byState = queue.stateCounts()
         var counts: [String: Int] = [:]
         for state in QueuedDownloadState.allCases { counts[state.rawValue] = byState[state] ?? 0 }
         for (view, states) in Self.views { counts[view] = states.reduce(0) { $0 + (byState[$1] ?? 0) } }
@@ -258,7 +265,7 @@ public final class WebUIServer: Sendable {
                 heartbeat.cancel()
                 continuation.finish()
             }
-            let snapshot = SnapshotAnswer(counts: try Self.counts(queue), settings: queue.settings)
+            let snapshot = SnapshotAnswer(counts: Self.counts(queue), settings: queue.settings)
             try await writer.write(ByteBuffer(string: "retry: 2000\nevent: snapshot\ndata: \(WebJSON.string(snapshot))\n\n"))
             for await item in stream.cancelOnGracefulShutdown() {
                 let text: String

@@ -135,14 +135,20 @@ final class DaemonTestClient: @unchecked Sendable {
 
     /// The next line from the daemon, or nil at end of stream.
     func readLine() async -> DaemonServerLine? {
+        guard let line = await self.readRawLine() else { return nil }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601  // as hauld encodes them
+        return try? decoder.decode(DaemonServerLine.self, from: Data(line))
+    }
+
+    /// The next line's bytes (without the newline), or nil at end of stream.
+    func readRawLine() async -> [UInt8]? {
         await blocking {
             while true {
                 if let newline = self.buffer.firstIndex(of: UInt8(ascii: "\n")) {
                     let line = Array(self.buffer[..<newline])
                     self.buffer.removeSubrange(...newline)
-                    let decoder = JSONDecoder()
-                    decoder.dateDecodingStrategy = .iso8601  // as hauld encodes them
-                    return try? decoder.decode(DaemonServerLine.self, from: Data(line))
+                    return line
                 }
                 var chunk = [UInt8](repeating: 0, count: 65536)
                 let count = chunk.withUnsafeMutableBytes { read(self.descriptor, $0.baseAddress, $0.count) }

@@ -1,0 +1,113 @@
+import Foundation
+
+/// Appends JSON values to a byte buffer, for answers written once and sent many times
+/// (``DownloadRecord``). Produces what `JSONDecoder` reads back to the same values:
+/// strings escaped (quote, backslash, control characters; other UTF-8 as is), dates as
+/// ISO 8601 in UTC to the second (as `JSONEncoder`'s `.iso8601`), doubles that are not finite
+/// as `null`.
+public struct JSONWriter: Sendable {
+    public var bytes: [UInt8]
+
+    public init(capacity: Int = 256) {
+        self.bytes = []
+        self.bytes.reserveCapacity(capacity)
+    }
+
+    public mutating func append(raw: StaticString) {
+        raw.withUTF8Buffer { self.bytes.append(contentsOf: $0) }
+    }
+
+    public mutating func append(_ byte: UInt8) {
+        self.bytes.append(byte)
+    }
+
+    public mutating func append(string: String) {
+        self.bytes.append(UInt8(ascii: "\""))
+        var string = string
+        string.withUTF8 { utf8 in
+            // Copy runs of plain bytes at once; escape the few that need it.
+            var runStart = 0
+            for index in 0..<utf8.count {
+                let byte = utf8[index]
+                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+                self.bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart..<index]))
+                runStart = index + 1
+                switch byte {
+                case UInt8(ascii: "\""): self.append(raw: "\\\"")
+                case UInt8(ascii: "\\"): self.append(raw: "\\\\")
+                case UInt8(ascii: "\n"): self.append(raw: "\\n")
+                case UInt8(ascii: "\r"): self.append(raw: "\\r")
+                case UInt8(ascii: "\t"): self.append(raw: "\\t")
+                default:
+                    self.append(raw: "\\u00")
+                    self.bytes.append(Self.hexDigit(byte >> 4))
+                    self.bytes.append(Self.hexDigit(byte & 0xF))
+                }
+            }
+            self.bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart..<utf8.count]))
+        }
+        self.bytes.append(UInt8(ascii: "\""))
+    }
+
+    public mutating func append<Integer: BinaryInteger>(integer: Integer) {
+        self.bytes.append(contentsOf: String(integer).utf8)
+    }
+
+    public mutating func append(double: Double) {
+        guard double.isFinite else { return self.append(raw: "null") }
+        self.bytes.append(contentsOf: double.description.utf8)
+    }
+
+    public mutating func append(bool: Bool) {
+        self.append(raw: bool ? "true" : "false")
+    }
+
+    /// `"2026-11-23T10:15:00Z"`.
+    public mutating func append(date: Date) {
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        self.bytes.append(UInt8(ascii: "\""))
+        self.appendDigits(Int(parts.tm_year) + 1900, count: 4)
+        self.bytes.append(UInt8(ascii: "-"))
+        self.appendDigits(Int(parts.tm_mon) + 1, count: 2)
+        self.bytes.append(UInt8(ascii: "-"))
+        self.appendDigits(Int(parts.tm_mday), count: 2)
+        self.bytes.append(UInt8(ascii: "T"))
+        self.appendDigits(Int(parts.tm_hour), count: 2)
+        self.bytes.append(UInt8(ascii: ":"))
+        self.appendDigits(Int(parts.tm_min), count: 2)
+        self.bytes.append(UInt8(ascii: ":"))
+        self.appendDigits(Int(parts.tm_sec), count: 2)
+        self.append(raw: "Z\"")
+    }
+
+    /// `object` (a JSON object's bytes) with `"name":raw` as its first member; `raw` is copied
+    /// as is.
+    public static func inserting(member name: String, raw: [UInt8], into object: [UInt8]) -> [UInt8] {
+        precondition(object.first == UInt8(ascii: "{") && object.last == UInt8(ascii: "}"), "not a JSON object")
+        var writer = JSONWriter(capacity: object.count + raw.count + name.utf8.count + 4)
+        writer.append(UInt8(ascii: "{"))
+        writer.append(string: name)
+        writer.append(UInt8(ascii: ":"))
+        writer.bytes.append(contentsOf: raw)
+        if object.count > 2 { writer.append(UInt8(ascii: ",")) }
+        writer.bytes.append(contentsOf: object[1...])
+        return writer.bytes
+    }
+
+    /// `value` in exactly `count` (2 or 4) digits; a value that does not fit is written whole.
+    private mutating func appendDigits(_ value: Int, count: Int) {
+        let limit = count == 4 ? 10000 : 100
+        guard value >= 0, value < limit else { return self.bytes.append(contentsOf: String(value).utf8) }
+        var divisor = limit / 10
+        while divisor > 0 {
+            self.bytes.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+            divisor /= 10
+        }
+    }
+
+    private static func hexDigit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
+    }
+}

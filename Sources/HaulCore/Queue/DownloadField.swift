@@ -1,0 +1,45 @@
+/// A member of a download's JSON (``QueuedDownloadInfo``), for lists that ask for some of
+/// them only (`queueList` with `fields`, as aria2's `keys`). The order of the cases is the order
+/// of the members in a record.
+public enum DownloadField: String, Codable, Sendable, Hashable, CaseIterable {
+    case id
+    case urls
+    case directory
+    case fileName
+    case path
+    case state
+    case bytesDone
+    case totalBytes
+    case speed
+    case secondsRemaining
+    case errorMessage
+    case checksum
+    case priority
+    case speedLimit
+    case createdAt
+    case startedAt
+    case finishedAt
+
+    /// The fields named in `names`, or an error that names the unknown one and the known ones.
+    public static func parse(_ names: [String]) throws -> [DownloadField] {
+        try names.map { name in
+            guard let field = DownloadField(rawValue: name) else {
+                throw UnknownDownloadField(name: name)
+            }
+            return field
+        }
+    }
+}
+
+/// A `fields` entry that is not a member of a download.
+public struct UnknownDownloadField: Error, CustomStringConvertible, Sendable {
+    public var name: String
+
+    public init(name: String) {
+        self.name = name
+    }
+
+    public var description: String {
+        "unknown field '\(self.name)' (known: \(DownloadField.allCases.map(\.rawValue).joined(separator: ", ")))"
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+
+/// Every download of the queue in memory, oldest first, each as its state, its search text
+/// and its JSON record: what lists, counts and "every paused one" are answered from, so that
+/// none of them reads the store or encodes 10,000 downloads. The store stays the durable copy;
+/// its one writer puts every row it saves here.
+///
+/// A value type with no I/O: `put` after every saved change, `remove` after every delete.
+/// Ids ascend with age (the store's row ids), so adding is an append and finding is a binary
+/// search.
+public struct DownloadIndex: Sendable {
+    public struct Entry: Sendable {
+        public var id: Int64
+        public var state: QueuedDownloadState
+        /// File name and URLs, lowercased, for ``QueuePage/search``.
+        var searchText: String
+        public var record: DownloadRecord
+    }
+
+    public private(set) var entries: [Entry] = []
+    private var counts: [QueuedDownloadState: Int] = [:]
+
+    public init() {}
+
+    public init(_ infos: some Sequence<QueuedDownloadInfo>) {
+        for info in infos.sorted(by: { $0.id < $1.id }) { self.put(info) }
+    }
+
+    public var count: Int { self.entries.count }
+
+    /// Adds `info` or replaces the entry with its id.
+    public mutating func put(_ info: QueuedDownloadInfo) {
+        let entry = Entry(id: info.id, state: info.state, searchText: Self.searchText(info), record: DownloadRecord(info))
+        self.counts[entry.state, default: 0] += 1
+        if let last = self.entries.last, last.id >= info.id {
+            let position = self.position(of: info.id)
+            if position < self.entries.count, self.entries[position].id == info.id {
+                self.counts[self.entries[position].state]! -= 1
+                self.entries[position] = entry
+            } else {
+                self.entries.insert(entry, at: position)
+            }
+        } else {
+            self.entries.append(entry)
+        }
+    }
+
+    public mutating func remove(id: Int64) {
+        let position = self.position(of: id)
+        guard position < self.entries.count, self.entries[position].id == id else { return }
+        self.counts[self.entries[position].state]! -= 1
+        self.entries.remove(at: position)
+    }
+
+    /// Drops every entry in `states`; returns their ids.
+    public mutating func removeAll(in states: Set<QueuedDownloadState>) -> [Int64] {
+        let gone = self.entries.filter { states.contains($0.state) }.map(\.id)
+        guard !gone.isEmpty else { return [] }
+        self.entries.removeAll { states.contains($0.state) }
+        for state in states { self.counts[state] = nil }
+        return gone
+    }
+
+    public func entry(id: Int64) -> Entry? {
+        let position = self.position(of: id)
+        guard position < self.entries.count, self.entries[position].id == id else { return nil }
+        return self.entries[position]
+    }
+
+    /// How many downloads are in each state (states with none are absent).
+    public var stateCounts: [QueuedDownloadState: Int] { self.counts.filter { $0.value > 0 } }
+
+    /// The ids in `states`, oldest first.
+    public func ids(in states: Set<QueuedDownloadState>) -> [Int64] {
+        self.entries.lazy.filter { states.contains($0.state) }.map(\.id)
+    }
+
+    /// The entries of one page and how many match the page's filter in all.
+    public func page(_ page: QueuePage) -> (entries: [Entry], total: Int) {
+        let states = page.states.map(Set.init) ?? Set(QueuedDownloadState.allCases).subtracting([.removed])
+        let search = page.search?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+        let limit = page.limit ?? Int.max
+        var selected: [Entry] = []
+        selected.reserveCapacity(Swift.min(limit, self.entries.count))
+        var total = 0
+        for entry in self.entries where states.contains(entry.state) {
+            if !search.isEmpty, !entry.searchText.contains(search) { continue }
+            if total >= page.offset, selected.count < limit { selected.append(entry) }
+            total += 1
+        }
+        return (selected, total)
+    }
+
+    /// The first index whose id is not below `id`.
+    private func position(of id: Int64) -> Int {
+        var low = 0
+        var high = self.entries.count
+        while low < high {
+            let middle = (low + high) / 2
+            if self.entries[middle].id < id { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    private static func searchText(_ info: QueuedDownloadInfo) -> String {
+        ([info.fileName ?? ""] + info.urls.map(\.absoluteString)).joined(separator: "\n").lowercased()
+    }
+}

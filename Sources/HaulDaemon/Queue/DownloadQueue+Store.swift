@@ -1,0 +1,43 @@
+import Foundation
+import HaulCore
+import HaulStore
+
+/// Every write of a download goes through here: the store first (the durable copy), then the
+/// in-memory ``DownloadIndex`` that lists and counts are answered from. Called on `work`.
+extension DownloadQueue {
+    func insertDownloads(_ rows: [StoredDownload]) throws -> [StoredDownload] {
+        let inserted = try self.store.insert(rows)
+        self.state.withLock { state in
+            for row in inserted { state.index.put(row.info) }
+        }
+        return inserted
+    }
+
+    /// Changes one download under the store's write lock; `nil` when there is none.
+    @discardableResult
+    func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        let updated = try self.store.updateDownload(id: id, change)
+        if let updated { self.state.withLock { $0.index.put(updated.info) } }
+        return updated
+    }
+
+    /// Changes many downloads in one transaction; `change` says whether it changed the row.
+    func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
+        let changed = try self.store.updateDownloads(ids: ids, change)
+        self.state.withLock { state in
+            for row in changed { state.index.put(row.info) }
+        }
+        return changed
+    }
+
+    func deleteDownload(id: Int64) throws {
+        try self.store.deleteDownload(id: id)
+        self.state.withLock { $0.index.remove(id: id) }
+    }
+
+    /// Deletes finished, failed and removed downloads; returns their ids.
+    func purgeFinishedDownloads() throws -> [Int64] {
+        _ = try self.store.purgeFinishedDownloads()
+        return self.state.withLock { $0.index.removeAll(in: [.complete, .error, .removed]) }
+    }
+}

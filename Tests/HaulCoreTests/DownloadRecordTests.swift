@@ -1,0 +1,184 @@
+import Foundation
+import HaulCore
+import Testing
+
+/// Records written by hand must read back exactly as the downloads they were written from.
+@Suite("Download records and the in-memory index")
+struct DownloadRecordTests {
+    static let decoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }()
+
+    static func info(
+        id: Int64,
+        name: String? = nil,
+        state: QueuedDownloadState = .paused,
+        url: String = "http://127.0.0.1:8080/file.iso"
+    ) -> QueuedDownloadInfo {
+        QueuedDownloadInfo(
+            id: id,
+            urls: [URL(string: url)!],
+            directory: "/srv/downloads",
+            fileName: name,
+            path: nil,
+            state: state,
+            bytesDone: 0,
+            totalBytes: nil,
+            errorMessage: nil,
+            checksum: nil,
+            priority: 0,
+            speedLimit: nil,
+            createdAt: Date(timeIntervalSince1970: 1_700_000_000),
+            startedAt: nil,
+            finishedAt: nil
+        )
+    }
+
+    /// Every optional present, strings that need escaping, Unicode, extreme numbers.
+    static var awkward: QueuedDownloadInfo {
+        var info = Self.info(id: Int64.max, name: "quote \" back\\slash\ttab\nnew\u{1}ctl\u{7f} é 日本 🚀.bin")
+        info.urls = [URL(string: "https://127.0.0.1/a%20b?x=1&y=%22")!, URL(string: "http://[::1]:81/mirror")!]
+        info.directory = "/home/u/Down loads/\u{1b}[31m"
+        info.path = "/tmp/\"x\".haul-part"
+        info.state = .error
+        info.bytesDone = 1 << 40
+        info.totalBytes = Int64.max
+        info.speed = 1234.5
+        info.secondsRemaining = 1e300
+        info.errorMessage = "connection refused by 127.0.0.1; retrying\r\n\u{0}"
+        info.checksum = "sha-256=abc"
+        info.priority = -7
+        info.speedLimit = 500_000
+        info.startedAt = Date(timeIntervalSince1970: 1_700_000_123.9)
+        info.finishedAt = Date(timeIntervalSince1970: 4_102_444_799)  // 2099-12-31T23:59:59Z
+        return info
+    }
+
+    @Test("A record reads back as the download it was written from, and as JSONEncoder's output reads")
+    func roundTrip() throws {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        for info in [Self.info(id: 1), Self.info(id: 0, name: ""), Self.awkward] {
+            let record = DownloadRecord(info)
+            let decoded = try Self.decoder.decode(QueuedDownloadInfo.self, from: Data(record.bytes))
+            var expected = info
+            // ISO 8601 dates carry whole seconds (as JSONEncoder writes them).
+            expected.startedAt = info.startedAt.map { Date(timeIntervalSince1970: $0.timeIntervalSince1970.rounded(.down)) }
+            #expect(decoded == expected, "\(String(decoding: record.bytes, as: UTF8.self))")
+            let ours = try JSONSerialization.jsonObject(with: Data(record.bytes)) as! NSDictionary
+            let foundation = try JSONSerialization.jsonObject(with: encoder.encode(info)) as! NSDictionary
+            #expect(ours == foundation, "same members and values as JSONEncoder writes")
+        }
+    }
+
+    @Test("A projection has exactly the asked members, in the asked order, with the same values")
+    func projection() throws {
+        let record = DownloadRecord(Self.awkward)
+        let full = try JSONSerialization.jsonObject(with: Data(record.bytes)) as! [String: Any]
+        let cases: [[DownloadField]] = [
+            [.id, .state],
+            [.state, .id],
+            [.finishedAt],
+            [.id],
+            DownloadField.allCases,
+            DownloadField.allCases.reversed(),
+            [.fileName, .errorMessage, .urls],
+        ]
+        for fields in cases {
+            var bytes: [UInt8] = []
+            record.write(to: &bytes, fields: fields)
+            let text = String(decoding: bytes, as: UTF8.self)
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any], "\(text)")
+            #expect(Set(object.keys) == Set(fields.map(\.rawValue)), "\(text)")
+            for field in fields {
+                #expect((object[field.rawValue] as? NSObject) == (full[field.rawValue] as? NSObject), "\(field)")
+            }
+            // Members come in the order asked.
+            let positions = fields.map { text.range(of: "\"\($0.rawValue)\":")!.lowerBound }
+            #expect(positions == positions.sorted())
+        }
+        // Absent members are left out, not written as null; an empty projection is {}.
+        var bytes: [UInt8] = []
+        DownloadRecord(Self.info(id: 3)).write(to: &bytes, fields: [.errorMessage, .id, .speed])
+        #expect(String(decoding: bytes, as: UTF8.self) == #"{"id":3}"#)
+        bytes = []
+        DownloadRecord(Self.info(id: 3)).write(to: &bytes, fields: [])
+        #expect(String(decoding: bytes, as: UTF8.self) == "{}")
+        let array = DownloadRecord.array([DownloadRecord(Self.info(id: 1)), DownloadRecord(Self.info(id: 2))], fields: [.id])
+        #expect(String(decoding: array, as: UTF8.self) == #"[{"id":1},{"id":2}]"#)
+        #expect(String(decoding: DownloadRecord.array([], fields: nil), as: UTF8.self) == "[]")
+    }
+
+    @Test("Unknown fields are refused by name; the list request carries the fields")
+    func fieldsInRequests() throws {
+        #expect(throws: UnknownDownloadField.self) { try DownloadField.parse(["id", "gid"]) }
+        #expect("\(UnknownDownloadField(name: "gid"))".contains("unknown field 'gid'"))
+        let line = #"{"id":1,"method":"queueList","fields":["id","state"],"limit":5}"#
+        let request = try JSONDecoder().decode(DaemonRequest.self, from: Data(line.utf8))
+        #expect(request.command == .queueList(QueuePage(limit: 5, fields: [.id, .state])))
+        do {
+            _ = try JSONDecoder().decode(DaemonRequest.self, from: Data(#"{"id":1,"method":"queueList","fields":["gid"]}"#.utf8))
+            Issue.record("an unknown field was accepted")
+        } catch DecodingError.dataCorrupted(let context) {
+            #expect(context.debugDescription.contains("unknown field 'gid'"))
+        }
+    }
+
+    @Test("A response line carries pre-written downloads as its downloads member")
+    func responseLine() throws {
+        var response = DaemonResponse(id: 4)
+        response.total = 2
+        response.encodedDownloads = DownloadRecord.array([DownloadRecord(Self.info(id: 1)), DownloadRecord(Self.awkward)], fields: nil)
+        let line = try DaemonServerLine(response: response).encoded()
+        #expect(line.last == UInt8(ascii: "\n"))
+        #expect(!line.dropLast().contains(UInt8(ascii: "\n")), "one line")
+        let decoded = try Self.decoder.decode(DaemonServerLine.self, from: Data(line))
+        #expect(decoded.response?.id == 4)
+        #expect(decoded.response?.total == 2)
+        #expect(decoded.response?.downloads?.map(\.id) == [1, Int64.max])
+        #expect(decoded.response?.downloads?.last?.fileName == Self.awkward.fileName)
+        let empty = try DaemonServerLine(response: { var r = DaemonResponse(id: 5); r.encodedDownloads = Array("[]".utf8); return r }()).encoded()
+        #expect(try Self.decoder.decode(DaemonServerLine.self, from: Data(empty)).response?.downloads == [])
+        #expect(JSONWriter.inserting(member: "a", raw: Array("1".utf8), into: Array("{}".utf8)) == Array(#"{"a":1}"#.utf8))
+    }
+
+    @Test("The index keeps id order, replaces by id, counts per state and pages as the store did")
+    func index() {
+        var index = DownloadIndex()
+        for id in [5, 1, 3, 9, 7] as [Int64] { index.put(Self.info(id: id, name: "file\(id).ISO")) }
+        #expect(index.entries.map(\.id) == [1, 3, 5, 7, 9])
+        index.put(Self.info(id: 3, name: "Ünïcode 日本.bin", state: .waiting))
+        index.put(Self.info(id: 9, state: .complete, url: "http://127.0.0.1/Path/Other.TAR"))
+        index.put(Self.info(id: 10, state: .removed))
+        #expect(index.count == 6)
+        #expect(index.stateCounts == [.paused: 3, .waiting: 1, .complete: 1, .removed: 1])
+        #expect(index.ids(in: [.paused, .waiting]) == [1, 3, 5, 7])
+        #expect(index.entry(id: 3)?.state == .waiting)
+        #expect(index.entry(id: 4) == nil)
+
+        let all = index.page(QueuePage())
+        #expect(all.entries.map(\.id) == [1, 3, 5, 7, 9], "removed ones only when asked for")
+        #expect(all.total == 5)
+        let window = index.page(QueuePage(offset: 1, limit: 2))
+        #expect(window.entries.map(\.id) == [3, 5])
+        #expect(window.total == 5)
+        #expect(index.page(QueuePage(offset: 10)).entries.isEmpty)
+        #expect(index.page(QueuePage(limit: 0)).total == 5)
+        #expect(index.page(QueuePage(states: [.removed])).entries.map(\.id) == [10])
+        #expect(index.page(QueuePage(states: [.paused, .complete], search: "iso")).entries.map(\.id) == [1, 5, 7])
+        #expect(index.page(QueuePage(search: " other.tar ")).entries.map(\.id) == [9], "URLs too, case-insensitive, trimmed")
+        #expect(index.page(QueuePage(search: "ÜNÏCODE")).entries.map(\.id) == [3], "Unicode case folding")
+        #expect(index.page(QueuePage(search: "%")).total == 0, "no wildcards")
+
+        index.remove(id: 5)
+        index.remove(id: 42)
+        #expect(index.entries.map(\.id) == [1, 3, 7, 9, 10])
+        #expect(index.removeAll(in: [.complete, .removed]) == [9, 10])
+        #expect(index.entries.map(\.id) == [1, 3, 7])
+        #expect(index.stateCounts == [.paused: 2, .waiting: 1])
+        // The record follows the latest put.
+        #expect(String(decoding: index.entry(id: 3)!.record.bytes, as: UTF8.self).contains("\"state\":\"waiting\""))
+    }
+}
