@@ -133,6 +133,11 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
         ]
     }
 
+    /// The names of ``columnValues``, in their order.
+    public static let columnNames: [String] = StoredDownload(
+        urls: [], directory: "", requestedName: nil, checksum: nil, priority: 0, speedLimit: 0
+    ).columnValues.map(\.name)
+
     public func encode(to container: inout PersistenceContainer) throws {
         container["id"] = self.id
         for (name, value) in self.columnValues { container[name] = value }

@@ -171,6 +171,15 @@ struct DownloadRecordTests {
         #expect(index.page(QueuePage(search: " other.tar ")).entries.map(\.id) == [9], "URLs too, case-insensitive, trimmed")
         #expect(index.page(QueuePage(search: "ÜNÏCODE")).entries.map(\.id) == [3], "Unicode case folding")
         #expect(index.page(QueuePage(search: "%")).total == 0, "no wildcards")
+        // Pages by state step over the others; totals come from the counts.
+        let paused = index.page(QueuePage(offset: 1, limit: 1, states: [.paused]))
+        #expect(paused.entries.map(\.id) == [5])
+        #expect(paused.total == 3)
+        #expect(index.page(QueuePage(offset: 1, limit: 5, states: [.paused, .removed])).entries.map(\.id) == [5, 7, 10])
+        #expect(index.page(QueuePage(offset: 2, limit: Int.max, states: [.paused, .waiting])).entries.map(\.id) == [5, 7])
+        #expect(index.page(QueuePage(limit: 0, states: [.complete])).total == 1)
+        #expect(index.page(QueuePage(offset: 1, limit: 1, search: "file")).entries.map(\.id) == [3], "searching pages too")
+        #expect(index.page(QueuePage(offset: 1, limit: 1, search: "file")).total == 4, "1, 3 (by its URL), 5, 7")
 
         index.remove(id: 5)
         index.remove(id: 42)

@@ -75,17 +75,33 @@ public struct DownloadIndex: Sendable {
         self.entries.lazy.filter { states.contains($0.state) }.map(\.id)
     }
 
-    /// The entries of one page and how many match the page's filter in all.
+    /// The entries of one page and how many match the page's filter in all. Without a search
+    /// the total comes from the counts and the walk stops at the page's end, so a small page
+    /// or a count (`limit` 0) costs the same at 10 downloads or 100,000.
     public func page(_ page: QueuePage) -> (entries: [Entry], total: Int) {
         let states = page.states.map(Set.init) ?? Set(QueuedDownloadState.allCases).subtracting([.removed])
+        var wanted = [Bool](repeating: false, count: QueuedDownloadState.allCases.count)
+        for state in states { wanted[state.ordinal] = true }
         let search = page.search?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
         let limit = page.limit ?? Int.max
+        let end = page.offset.addingReportingOverflow(limit)
+        let pageEnd = end.overflow ? Int.max : end.partialValue
         var selected: [Entry] = []
-        selected.reserveCapacity(Swift.min(limit, self.entries.count))
+        if search.isEmpty {
+            let total = states.reduce(0) { $0 + (self.counts[$1] ?? 0) }
+            guard page.offset < total, limit > 0 else { return ([], total) }
+            selected.reserveCapacity(Swift.min(limit, total - page.offset))
+            var matched = 0
+            for entry in self.entries where wanted[entry.state.ordinal] {
+                if matched >= page.offset { selected.append(entry) }
+                matched += 1
+                if matched >= pageEnd { break }
+            }
+            return (selected, total)
+        }
         var total = 0
-        for entry in self.entries where states.contains(entry.state) {
-            if !search.isEmpty, !entry.searchText.contains(search) { continue }
-            if total >= page.offset, selected.count < limit { selected.append(entry) }
+        for entry in self.entries where wanted[entry.state.ordinal] && entry.searchText.contains(search) {
+            if total >= page.offset, total < pageEnd { selected.append(entry) }
             total += 1
         }
         return (selected, total)
@@ -104,5 +120,19 @@ public struct DownloadIndex: Sendable {
 
     private static func searchText(_ info: QueuedDownloadInfo) -> String {
         ([info.fileName ?? ""] + info.urls.map(\.absoluteString)).joined(separator: "\n").lowercased()
+    }
+}
+
+extension QueuedDownloadState {
+    /// The position among all cases, for tables indexed by state.
+    fileprivate var ordinal: Int {
+        switch self {
+        case .waiting: 0
+        case .active: 1
+        case .paused: 2
+        case .complete: 3
+        case .error: 4
+        case .removed: 5
+        }
     }
 }

@@ -124,7 +124,7 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
         let resumable = RangeResumeRules.notResumableReason(method: "GET", status: response.statusCode, headers: response.headers) == nil
         let name = FileNaming.suggestedFilename(contentDisposition: response.headers["Content-Disposition"], url: response.url)
         let now = TransferCore.monotonicNow()
-        self.live.withLock { live in
+        let worthRecording = self.live.withLock { live -> Bool in
             if response.statusCode == 206 {
                 // A 206 without validators continues the entity whose validators are on record.
                 if validators.ifRangeValue != nil { live.validators = validators }
@@ -138,9 +138,12 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
             live.checkpoints.restart(at: offset, now: now)
             live.meter = TransferRateMeter()
             live.meter.record(total: offset, at: now)
+            // What is left is less than a checkpoint's worth: the end records it (a crash
+            // before then loses no more than the cadence allows anyway).
+            return expectedTotal.map { $0 - offset >= live.checkpoints.bytes } ?? true
         }
         self.owner.transferResponded(self, resumedAtOffset: resumedAtOffset, expectedTotal: expectedTotal)
-        self.requestCheckpoint()
+        if worthRecording { self.requestCheckpoint() }
     }
 
     func transferRun(_ run: TransferRun, didWrite byteCount: Int, totalOnDisk: Int64, expectedTotal: Int64?) {

@@ -17,7 +17,7 @@ extension DownloadQueue {
     @discardableResult
     func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
         let updated = try self.store.updateDownload(id: id, change)
-        if let updated { self.state.withLock { $0.index.put(updated.info) } }
+        if let updated { self.state.withLock { $0.saved(updated) } }
         return updated
     }
 
@@ -25,7 +25,7 @@ extension DownloadQueue {
     func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
         let changed = try self.store.updateDownloads(ids: ids, change)
         self.state.withLock { state in
-            for row in changed { state.index.put(row.info) }
+            for row in changed { state.saved(row) }
         }
         return changed
     }
@@ -39,5 +39,13 @@ extension DownloadQueue {
     func purgeFinishedDownloads() throws -> [Int64] {
         _ = try self.store.purgeFinishedDownloads()
         return self.state.withLock { $0.index.removeAll(in: [.complete, .error, .removed]) }
+    }
+}
+
+extension DownloadQueue.State {
+    /// A saved row replaces the index's entry and a running download's copy.
+    mutating func saved(_ row: StoredDownload) {
+        self.index.put(row.info)
+        if let id = row.id, self.running[id] != nil { self.running[id]!.stored = row }
     }
 }

@@ -60,12 +60,17 @@ extension DownloadQueue {
         self.broadcast(transfer)
     }
 
-    /// Tells subscribers where a running download stands (from its live numbers, no store read).
+    /// Tells subscribers where a running download stands (from its live numbers and the row as
+    /// last saved: no store read). Nothing to do when nobody listens.
     private func broadcast(_ transfer: TrackedTransfer) {
         let id = transfer.id.number
         self.work.async {
-            guard self.state.withLock({ $0.running[id]?.transfer === transfer }), let download = try? self.store.download(id: id) else { return }
-            self.publish(.changed(self.info(for: download)))
+            let stored = self.state.withLock { state -> StoredDownload? in
+                guard !state.subscribers.isEmpty, let running = state.running[id], running.transfer === transfer else { return nil }
+                return running.stored
+            }
+            guard let stored else { return }
+            self.publish(.changed(self.info(for: stored)))
         }
     }
 
@@ -110,7 +115,7 @@ extension DownloadQueue {
             bandwidthLimiters: [self.core.globalLimiter, transfer.speedLimiter],
             observer: transfer
         )
-        self.state.withLock { $0.running[id] = Running(transfer: transfer, run: run) }
+        self.state.withLock { $0.running[id] = Running(transfer: transfer, run: run, stored: download) }
         self.logger.debug("download \(id) starts at offset \(point?.offset ?? 0) from \(download.url.absoluteString)")
         self.publish(.changed(self.info(for: download)))
         run.start { outcome in self.work.async { self.transferEnded(id, outcome: outcome) } }

@@ -48,6 +48,8 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var transfer: TrackedTransfer
         var run: TransferRun
         var intent: StopIntent?
+        /// The row as last saved (kept by every write), for progress events without a store read.
+        var stored: StoredDownload
     }
 
     struct State {
