@@ -54,9 +54,13 @@ extension TransferStore {
         try self.read { db in try Self.fetchDownload(db, id: id) }
     }
 
-    /// Every download not purged (cancelled ones too), oldest first.
-    public func allDownloads() throws -> [StoredDownload] {
-        try self.read { db in try StoredDownload.order(StoredDownload.Columns.id).fetchAll(db) }
+    /// Calls `body` with every download, oldest first, one row at a time (a restart with
+    /// 10,000 downloads never holds them all at once).
+    public func forEachDownload(_ body: (StoredDownload) throws -> Void) throws {
+        try self.read { db in
+            let rows = try StoredDownload.order(StoredDownload.Columns.id).fetchCursor(db)
+            while let row = try rows.next() { try body(row) }
+        }
     }
 
     /// Saves every column of `download`.

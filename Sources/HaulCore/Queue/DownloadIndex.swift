@@ -22,10 +22,6 @@ public struct DownloadIndex: Sendable {
 
     public init() {}
 
-    public init(_ infos: some Sequence<QueuedDownloadInfo>) {
-        for info in infos.sorted(by: { $0.id < $1.id }) { self.put(info) }
-    }
-
     public var count: Int { self.entries.count }
 
     /// Adds `info` or replaces the entry with its id.

@@ -86,9 +86,14 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// core's scheduler.
     public func start() throws {
         try self.store.reviveInterruptedDownloads()
-        let rows = try self.store.allDownloads()
-        self.state.withLock { $0.index = DownloadIndex(rows.lazy.map(\.info)) }
-        self.core.enqueue(rows.filter { $0.state == .waiting }.map(Self.entry(for:)))
+        var index = DownloadIndex()
+        var waiting: [TransferScheduler.Entry] = []
+        try self.store.forEachDownload { row in
+            index.put(row.info)
+            if row.state == .waiting { waiting.append(Self.entry(for: row)) }
+        }
+        self.state.withLock { $0.index = index }
+        self.core.enqueue(waiting)
     }
 
     /// The scheduler's view of a waiting download.
