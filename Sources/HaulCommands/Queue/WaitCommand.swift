@@ -9,8 +9,7 @@ import Synchronization
 /// and starts over from a fresh list, so `haul wait` and `haul watch` outlive a daemon restart.
 final class QueueFollower: Sendable {
     private struct State {
-        var downloads: [Int64: QueuedDownloadInfo] = [:]
-        var removed: Set<Int64> = []
+        var view = QueueView()
         var isClosed = false
         var client: QueueClient?
     }
@@ -25,6 +24,7 @@ final class QueueFollower: Sendable {
     }
 
     private func attach(_ client: QueueClient) throws {
+        self.state.withLock { $0.view.beginAttach() }
         client.connection.onClose.withLock {
             $0 = { [weak self] in
                 self?.state.withLock { $0.isClosed = true }
@@ -36,12 +36,9 @@ final class QueueFollower: Sendable {
             self.state.withLock { state in
                 switch event.kind {
                 case .downloadChanged:
-                    if let download = event.download { state.downloads[download.id] = download }
+                    if let download = event.download { state.view.changed(download) }
                 case .downloadRemoved:
-                    if let id = event.downloadID {
-                        state.downloads[id] = nil
-                        state.removed.insert(id)
-                    }
+                    if let id = event.downloadID { state.view.removed(id: id) }
                 default: break
                 }
             }
@@ -49,7 +46,7 @@ final class QueueFollower: Sendable {
         }
         let all = try client.call(.queueList(QueuePage())).downloads ?? []
         self.state.withLock { state in
-            for download in all where state.downloads[download.id] == nil { state.downloads[download.id] = download }
+            state.view.listed(all)
             state.isClosed = false
             state.client = client
         }
@@ -78,7 +75,7 @@ final class QueueFollower: Sendable {
     }
 
     var snapshot: (downloads: [Int64: QueuedDownloadInfo], removed: Set<Int64>, isClosed: Bool) {
-        self.state.withLock { ($0.downloads, $0.removed, $0.isClosed) }
+        self.state.withLock { ($0.view.downloads, $0.view.removed, $0.isClosed) }
     }
 
     func close() {
