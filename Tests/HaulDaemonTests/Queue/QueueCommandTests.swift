@@ -20,7 +20,9 @@ struct HaulCLI {
         DaemonProcess.executable.deletingLastPathComponent().appendingPathComponent("haul")
     }
 
-    func run(_ arguments: [String], directory: URL? = nil) async throws -> Result {
+    /// Runs `haul ARGUMENTS`; one that has not ended after `timeout` is killed (status 9 by
+    /// signal) so that a hang fails the test instead of stalling the run.
+    func run(_ arguments: [String], directory: URL? = nil, timeout: Duration = .seconds(120)) async throws -> Result {
         let process = Process()
         process.executableURL = Self.executable
         process.arguments = arguments
@@ -36,6 +38,11 @@ struct HaulCLI {
         process.standardError = error
         process.standardInput = FileHandle.nullDevice
         try process.run()
+        let watchdog = Task {
+            try await Task.sleep(for: timeout)
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        }
+        defer { watchdog.cancel() }
         async let out = blocking { output.fileHandleForReading.readDataToEndOfFile() }
         async let err = blocking { error.fileHandleForReading.readDataToEndOfFile() }
         let (outData, errData) = await (out, err)
