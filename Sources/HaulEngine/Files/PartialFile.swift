@@ -6,9 +6,6 @@ import Musl
 import Darwin
 #endif
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import NIOCore
 
 /// The file a download streams into: positioned writes straight from the network buffers,

@@ -1,8 +1,5 @@
 import AsyncHTTPClient
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import HaulCore
 import NIOCore
 import NIOHTTP1
