@@ -22,6 +22,9 @@ public struct DaemonService: Service {
     /// The web UI's default port.
     public static let defaultWebPort = 6809
 
+    /// How often an idle hauld hands back pages it does not use (``WorkingSetTrimmer``).
+    static let trimInterval: Duration = .seconds(30)
+
     public init(
         paths: DaemonPaths,
         configuration: TransferDaemon.Configuration = .init(),
@@ -67,7 +70,16 @@ public struct DaemonService: Service {
                     do { try await web.run() } catch { self.logger.error("web UI not available: \(error)") }
                 }
             }
+            // Give back the start-up's pages once serving, then whenever nothing runs.
+            let trimmer = Task {
+                try await Task.sleep(for: .seconds(1))
+                while true {
+                    if core.counts.running == 0 { WorkingSetTrimmer.trim() }
+                    try await Task.sleep(for: Self.trimInterval)
+                }
+            }
             try? await gracefulShutdown()
+            trimmer.cancel()
             self.logger.info("shutting down: pausing transfers")
             await server.close()
             await core.shutdown()
