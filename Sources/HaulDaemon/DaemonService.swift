@@ -70,11 +70,11 @@ public struct DaemonService: Service {
                     do { try await web.run() } catch { self.logger.error("web UI not available: \(error)") }
                 }
             }
-            // Give back the start-up's pages once serving, then whenever nothing runs.
+            // Give back the start-up's pages once serving, then whenever the daemon was quiet.
             let trimmer = Task {
                 try await Task.sleep(for: .seconds(1))
                 while true {
-                    if core.counts.running == 0 { WorkingSetTrimmer.trim() }
+                    if WorkingSetTrimmer.wasQuiet(), core.counts.running == 0 { WorkingSetTrimmer.trim() }
                     try await Task.sleep(for: Self.trimInterval)
                 }
             }

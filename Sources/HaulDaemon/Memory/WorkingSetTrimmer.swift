@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -15,9 +16,22 @@ import Glibc
 /// cache or the disk. Pages that another process maps too (a second Swift program running) are
 /// left alone by the kernel, so the figure is higher then.
 ///
-/// Called by ``DaemonService`` a second after it starts serving and then every 30 seconds
-/// while no transfer runs; cheap when there is nothing to reclaim.
+/// Called by ``DaemonService`` a second after it starts serving and then every 30 seconds when
+/// the daemon was quiet meanwhile (no transfer running, no request on the socket or the web UI:
+/// ``noteActivity()``), so a daemon in use keeps its pages; cheap when there is nothing to reclaim.
 package enum WorkingSetTrimmer {
+    private static let active = Atomic<Bool>(false)
+
+    /// A request arrived: the next trim is skipped.
+    package static func noteActivity() {
+        Self.active.store(true, ordering: .relaxed)
+    }
+
+    /// Whether nothing was noted since the last call.
+    package static func wasQuiet() -> Bool {
+        !Self.active.exchange(false, ordering: .relaxed)
+    }
+
     /// `MADV_PAGEOUT` (Linux 5.4); older kernels refuse it and nothing happens.
     private static let pageOut: Int32 = 21
 

@@ -58,6 +58,7 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        WorkingSetTrimmer.noteActivity()
         let line = self.unwrapInboundIn(data)
         guard let connection = self.connection else { return }
         let request: DaemonRequest

@@ -17,6 +17,7 @@ struct WebGuardMiddleware<Context: RequestContext>: RouterMiddleware {
     let port: @Sendable () -> Int?
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        WorkingSetTrimmer.noteActivity()
         guard let port = self.port(), self.isOwnHost(request.head.authority, port: port) else {
             return Self.error(.misdirectedRequest, "unknown host")
         }
