@@ -25,9 +25,26 @@ package enum NoOverwriteMove {
         }
     }
 
-    /// Atomically links `source` at `destination` and removes `source`; fails with `.exists`
-    /// instead of replacing a file that is already there.
+    /// glibc's `renameat2` (2.28+; not in Swift's Glibc module): one atomic call that refuses to
+    /// replace (`RENAME_NOREPLACE`), where `link` + `unlink` takes two.
+    private static let renameNoReplace: (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32)? = {
+        guard let symbol = dlsym(nil, "renameat2") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32).self)
+    }()
+
+    /// Atomically moves `source` to `destination`; fails with `.exists` instead of replacing a
+    /// file that is already there. `renameat2(RENAME_NOREPLACE)` where the file system has it,
+    /// else a hard link and an unlink.
     package static func move(_ source: String, to destination: String) throws {
+        if let renameNoReplace = Self.renameNoReplace {
+            if renameNoReplace(AT_FDCWD, source, AT_FDCWD, destination, 1 /* RENAME_NOREPLACE */) == 0 { return }
+            let number = errno
+            if number == EEXIST { throw Failure.exists(destination) }
+            // EINVAL / ENOSYS: this file system (or kernel) cannot; the link path below can.
+            if number != EINVAL && number != ENOSYS && number != ENOTSUP {
+                throw Failure.system("cannot move to \(destination)", number)
+            }
+        }
         if link(source, destination) == 0 {
             unlink(source)
             return
