@@ -41,15 +41,6 @@ extension TransferStore {
 
     // MARK: - Downloads
 
-    /// Records a new download and returns it with its id.
-    public func insert(_ download: StoredDownload) throws -> StoredDownload {
-        try self.write { db in
-            var download = download
-            try download.insert(db)
-            return download
-        }
-    }
-
     public func download(id: Int64) throws -> StoredDownload? {
         try self.read { db in try Self.fetchDownload(db, id: id) }
     }
@@ -61,11 +52,6 @@ extension TransferStore {
             let rows = try StoredDownload.order(StoredDownload.Columns.id).fetchCursor(db)
             while let row = try rows.next() { try body(row) }
         }
-    }
-
-    /// Saves every column of `download`.
-    public func update(_ download: StoredDownload) throws {
-        try self.write { db in try Self.saveDownload(db, download) }
     }
 
     /// Changes a download under the write lock: `change` sees the stored row, not a stale copy.

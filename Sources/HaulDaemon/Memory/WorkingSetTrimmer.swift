@@ -1,4 +1,5 @@
 import Foundation
+import HaulEngine
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -52,10 +53,7 @@ package enum WorkingSetTrimmer {
 
     /// glibc's `malloc_trim` (not in the Swift Glibc module): returns the free pages of every
     /// malloc arena, not only the top of the main one.
-    private static let mallocTrim: (@convention(c) (Int) -> Int32)? = {
-        guard let symbol = dlsym(nil, "malloc_trim") else { return nil }
-        return unsafeBitCast(symbol, to: (@convention(c) (Int) -> Int32).self)
-    }()
+    private static let mallocTrim = GlibcFunction.lookup("malloc_trim", as: (@convention(c) (Int) -> Int32).self)
 
     /// Returns freed heap pages to the system and asks the kernel to reclaim this process's
     /// read-only file-backed mappings. Returns how many bytes of mappings were advised.

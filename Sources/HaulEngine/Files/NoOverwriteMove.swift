@@ -27,10 +27,10 @@ package enum NoOverwriteMove {
 
     /// glibc's `renameat2` (2.28+; not in Swift's Glibc module): one atomic call that refuses to
     /// replace (`RENAME_NOREPLACE`), where `link` + `unlink` takes two.
-    private static let renameNoReplace: (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32)? = {
-        guard let symbol = dlsym(nil, "renameat2") else { return nil }
-        return unsafeBitCast(symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32).self)
-    }()
+    private static let renameNoReplace = GlibcFunction.lookup(
+        "renameat2",
+        as: (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32).self
+    )
 
     /// Atomically moves `source` to `destination`; fails with `.exists` instead of replacing a
     /// file that is already there. `renameat2(RENAME_NOREPLACE)` where the file system has it,
