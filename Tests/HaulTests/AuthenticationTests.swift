@@ -25,7 +25,7 @@ final class ChallengeDelegate: TransferSessionTaskDelegate, Sendable {
         _ session: TransferSession,
         task: TransferSessionTask,
         didReceive challenge: URLAuthenticationChallenge,
-        completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+        completionHandler: @escaping @Sendable (TransferSession.AuthChallengeDisposition, URLCredential?) -> Void
     ) {
         self.asked.withLock {
             $0.append(Asked(

@@ -16,7 +16,9 @@ final class ConvertingDelegate: TransferSessionDataDelegate, TransferSessionDown
 
     private func log(_ event: String) { self.lock.withLock { self.events.append(event) } }
 
-    func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didReceive response: URLResponse, completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
+    // Spelled as ported code spells it after renaming URLSession (the nested name must be the
+    // same type, or this would not satisfy the protocol and the default would answer).
+    func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didReceive response: URLResponse, completionHandler: @escaping @Sendable (TransferSession.ResponseDisposition) -> Void) {
         self.log("response \(dataTask.taskIdentifier)")
         completionHandler(.becomeDownload)
     }
@@ -67,7 +69,7 @@ struct BecomeDownloadTests {
         #expect(delegate.written == 3_000_000)
         let id = download.taskIdentifier
         #expect(delegate.events == ["response 1", "become 1->\(id)", "finished \(id)", "complete \(id) 0"], "no data and no completion for the data task")
-        #expect(download.state == .completed && download.response != nil)
+        #expect(download.state == TransferSessionTask.State.completed && download.response != nil)
         #expect(download.originalRequest?.url == dataTask.originalRequest?.url)
         #expect(server.requestCount(forKey: "convert") == 1, "the same transfer went on, no second request")
         try await server.shutdown()
