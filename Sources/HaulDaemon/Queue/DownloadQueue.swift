@@ -144,17 +144,15 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// One page of the list as JSON records, and the count of all that match: answered from
     /// memory, encoding only the running downloads again (their live numbers).
     public func records(_ page: QueuePage) -> (records: [DownloadRecord], total: Int) {
-        let (entries, total, live) = self.state.withLock { state in
+        let (entries, total, running) = self.state.withLock { state in
             let (entries, total) = state.index.page(page)
-            return (entries, total, state.running.isEmpty ? [:] : state.running.mapValues(\.transfer))
+            return (entries, total, state.running)
         }
         var records = entries.map(\.record)
-        if !live.isEmpty {
+        if !running.isEmpty {
             for (position, entry) in entries.enumerated() {
-                guard let transfer = live[entry.id],
-                      let stored = try? Self.decoder.decode(QueuedDownloadInfo.self, from: Data(entry.record.bytes))
-                else { continue }
-                records[position] = DownloadRecord(Self.overlay(stored, live: transfer))
+                guard let live = running[entry.id] else { continue }
+                records[position] = DownloadRecord(Self.overlay(live.stored.info, live: live.transfer))
             }
         }
         return (records, total)

@@ -88,6 +88,9 @@ struct DownloadQueueTests {
             urls: [server.url("/file/pr.bin?size=\(size)&seed=7&stallAfter=1500000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
         )
         _ = try await harness.wait(for: added.id) { $0.bytesDone > 1_000_000 }
+        // The list shows a running download's live numbers, not the row as last saved.
+        let listed = try await harness.queue.list().first { $0.id == added.id }
+        #expect(listed?.state == .active && (listed?.bytesDone ?? 0) > 1_000_000, "\(String(describing: listed))")
         try await harness.queue.pause(id: added.id)
         let paused = try await harness.wait(for: added.id, .paused)
         try await Task.sleep(for: .milliseconds(300))
