@@ -104,7 +104,7 @@ public final class WebUIServer: Sendable {
         }
         let queue = self.queue
         router.get("/api/downloads") { request, _ in
-            do {
+            try await Self.respond {
                 let page = try Self.page(request.uri.queryParameters)
                 let (records, total) = queue.records(page)
                 let answer = ListAnswer(total: total, counts: Self.counts(queue), settings: queue.settings)
@@ -113,8 +113,6 @@ public final class WebUIServer: Sendable {
                     raw: DownloadRecord.array(records, fields: nil, capacity: records.count * 300),
                     into: Array(try WebJSON.encoder.encode(answer))
                 ))
-            } catch let error as DaemonError {
-                return WebJSON.response(["error": error.description], status: .badRequest)
             }
         }
         router.post("/api/downloads/:id/limit") { request, context in
@@ -306,8 +304,13 @@ public final class WebUIServer: Sendable {
 
     /// Runs `body`; a refusal becomes 400 (404 for an unknown id) with `{"error": …}`.
     private static func answer(_ body: () async throws -> some Encodable) async throws -> Response {
+        try await Self.respond { WebJSON.response(try await body()) }
+    }
+
+    /// As ``answer(_:)``, for a body that makes its own response (a list written from records).
+    private static func respond(_ body: () async throws -> Response) async throws -> Response {
         do {
-            return WebJSON.response(try await body())
+            return try await body()
         } catch let error as DaemonError {
             let status: HTTPResponse.Status = error.description.hasPrefix("no download with id") ? .notFound : .badRequest
             return WebJSON.response(["error": error.description], status: status)
