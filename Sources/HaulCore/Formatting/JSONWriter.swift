@@ -64,21 +64,8 @@ public struct JSONWriter: Sendable {
 
     /// `"2026-11-23T10:15:00Z"`.
     public mutating func append(date: Date) {
-        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
         self.bytes.append(UInt8(ascii: "\""))
-        self.appendDigits(Int(parts.tm_year) + 1900, count: 4)
-        self.bytes.append(UInt8(ascii: "-"))
-        self.appendDigits(Int(parts.tm_mon) + 1, count: 2)
-        self.bytes.append(UInt8(ascii: "-"))
-        self.appendDigits(Int(parts.tm_mday), count: 2)
-        self.bytes.append(UInt8(ascii: "T"))
-        self.appendDigits(Int(parts.tm_hour), count: 2)
-        self.bytes.append(UInt8(ascii: ":"))
-        self.appendDigits(Int(parts.tm_min), count: 2)
-        self.bytes.append(UInt8(ascii: ":"))
-        self.appendDigits(Int(parts.tm_sec), count: 2)
+        UTCTimestamp(date, wholeSeconds: true).write(to: &self.bytes, separator: UInt8(ascii: "T"), milliseconds: false)
         self.append(raw: "Z\"")
     }
 
@@ -94,17 +81,6 @@ public struct JSONWriter: Sendable {
         if object.count > 2 { writer.append(UInt8(ascii: ",")) }
         writer.bytes.append(contentsOf: object[1...])
         return writer.bytes
-    }
-
-    /// `value` in exactly `count` (2 or 4) digits; a value that does not fit is written whole.
-    private mutating func appendDigits(_ value: Int, count: Int) {
-        let limit = count == 4 ? 10000 : 100
-        guard value >= 0, value < limit else { return self.bytes.append(contentsOf: String(value).utf8) }
-        var divisor = limit / 10
-        while divisor > 0 {
-            self.bytes.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
-            divisor /= 10
-        }
     }
 
     private static func hexDigit(_ nibble: UInt8) -> UInt8 {
