@@ -40,8 +40,9 @@ package enum NoOverwriteMove {
             if renameNoReplace(AT_FDCWD, source, AT_FDCWD, destination, 1 /* RENAME_NOREPLACE */) == 0 { return }
             let number = errno
             if number == EEXIST { throw Failure.exists(destination) }
-            // EINVAL / ENOSYS: this file system (or kernel) cannot; the link path below can.
-            if number != EINVAL && number != ENOSYS && number != ENOTSUP {
+            // EINVAL / ENOSYS / ENOTSUP / EPERM: this file system (or kernel, or FUSE server)
+            // cannot; the link path below can, or falls back itself.
+            if number != EINVAL && number != ENOSYS && number != ENOTSUP && number != EPERM {
                 throw Failure.system("cannot move to \(destination)", number)
             }
         }
