@@ -11,7 +11,7 @@ public struct HaulCommand: AsyncParsableCommand {
             GetCommand.self,
             AddCommand.self, ListCommand.self, ShowCommand.self, PauseCommand.self, ResumeCommand.self,
             CancelCommand.self, RemoveCommand.self, PurgeCommand.self, WaitCommand.self, WatchCommand.self,
-            SetCommand.self, SetURLCommand.self, LimitCommand.self, UICommand.self,
+            SetCommand.self, SetURLCommand.self, LimitCommand.self, UICommand.self, RPCInfoCommand.self,
             DaemonCommand.self,
         ]
     )

@@ -17,6 +17,9 @@ public struct DaemonService: Service {
     public let queueConfiguration: DownloadQueue.Configuration
     /// The web UI's port on 127.0.0.1 (0: any free port); `nil` serves no web UI.
     public let webPort: Int?
+    /// aria2's RPC (`--enable-rpc`); `nil` serves none. A `nil` secret is made on the first
+    /// start and kept in `rpc-secret` (mode 0600) in the data directory.
+    public let rpc: Aria2RPCServer.Configuration?
     public let logger: Logger
 
     /// The web UI's default port.
@@ -32,8 +35,10 @@ public struct DaemonService: Service {
         maximumConcurrentTransfers: Int? = nil,
         queueConfiguration: DownloadQueue.Configuration = .init(defaultDirectory: DownloadQueue.defaultDownloadDirectory()),
         webPort: Int? = DaemonService.defaultWebPort,
+        rpc: Aria2RPCServer.Configuration? = nil,
         logger: Logger
     ) {
+        self.rpc = rpc
         self.paths = paths
         self.configuration = configuration
         self.coreConfiguration = coreConfiguration
@@ -61,13 +66,26 @@ public struct DaemonService: Service {
             let token = try WebToken.loadOrCreate(path: self.paths.dataDirectory.appendingPathComponent("web-token").path)
             web = WebUIServer(queue: queue, token: token, port: webPort, logger: self.logger)
         }
-        let server = try await DaemonServer.start(path: self.paths.socketPath, daemon: daemon, queue: queue, web: web)
+        var rpc: Aria2RPCServer?
+        if var configuration = self.rpc {
+            if configuration.secret == nil {
+                configuration.secret = try WebToken.loadOrCreate(path: self.paths.dataDirectory.appendingPathComponent("rpc-secret").path)
+            }
+            // `shutdown` / `forceShutdown` stop the daemon the way SIGTERM does.
+            rpc = Aria2RPCServer(queue: queue, configuration: configuration, shutdown: { kill(getpid(), SIGTERM) }, logger: self.logger)
+        }
+        let server = try await DaemonServer.start(path: self.paths.socketPath, daemon: daemon, queue: queue, web: web, rpc: rpc)
         self.logger.info("hauld \(getpid()) serving \(self.paths.socketPath), store \(self.paths.storePath)")
         await withDiscardingTaskGroup { group in
             if let web {
                 group.addTask {
                     // A web UI that cannot bind (port taken) is reported; transfers go on.
                     do { try await web.run() } catch { self.logger.error("web UI not available: \(error)") }
+                }
+            }
+            if let rpc {
+                group.addTask {
+                    do { try await rpc.run() } catch { self.logger.error("aria2 RPC not available: \(error)") }
                 }
             }
             // Give back the start-up's pages once serving, then whenever the daemon was quiet.

@@ -8,6 +8,8 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
     public static let databaseTableName = "queuedDownload"
 
     public var id: Int64?
+    /// The RPC's id (16 hex digits), unique, stable across restarts.
+    public var gid: String = ""
     /// The primary URL first, then mirrors (JSON).
     public var urls: [URL]
     /// Which of `urls` the next attempt uses.
@@ -30,11 +32,19 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
     public var entityTag: String?
     public var lastModified: String?
     public var errorMessage: String?
+    /// aria2's error code for `errorMessage`.
+    public var errorCode: Int?
     /// `sha256=…`, `sha1=…` or `md5=…`.
     public var checksum: String?
     public var priority: Int = 0
     /// Bytes per second; 0 is unlimited.
     public var speedLimit: Int64 = 0
+    /// Extra request headers, `Name: value` each.
+    public var requestHeaders: [String] = []
+    /// Options given through the RPC, as aria2 spells them.
+    public var options: [String: String] = [:]
+    /// The waiting queue's order when moved (`nil`: by id).
+    public var queueRank: Double?
     public var failedAttempts: Int = 0
     public var notBefore: Date?
     public var createdAt: Date
@@ -63,6 +73,7 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
     /// the two must agree on the columns (the store tests read back what they wrote).
     public init(row: Row) throws {
         self.id = row["id"]
+        self.gid = row["gid"]
         let urls: String = row["urls"]
         do {
             self.urls = try JSONDecoder().decode([URL].self, from: Data(urls.utf8))
@@ -82,9 +93,17 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
         self.entityTag = row["entityTag"]
         self.lastModified = row["lastModified"]
         self.errorMessage = row["errorMessage"]
+        self.errorCode = row["errorCode"]
         self.checksum = row["checksum"]
         self.priority = row["priority"]
         self.speedLimit = row["speedLimit"]
+        if let headers = row["requestHeaders"] as String? {
+            self.requestHeaders = (try? JSONDecoder().decode([String].self, from: Data(headers.utf8))) ?? []
+        }
+        if let options = row["options"] as String? {
+            self.options = (try? JSONDecoder().decode([String: String].self, from: Data(options.utf8))) ?? [:]
+        }
+        self.queueRank = row["queueRank"]
         self.failedAttempts = row["failedAttempts"]
         self.notBefore = row["notBefore"]
         self.createdAt = row["createdAt"]
@@ -108,6 +127,7 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
         }
         urls.append(UInt8(ascii: "]"))
         return [
+            ("gid", self.gid),
             ("urls", String(decoding: urls.bytes, as: UTF8.self)),
             ("urlIndex", self.urlIndex),
             ("currentURL", self.currentURL?.absoluteString),
@@ -122,15 +142,25 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
             ("entityTag", self.entityTag),
             ("lastModified", self.lastModified),
             ("errorMessage", self.errorMessage),
+            ("errorCode", self.errorCode),
             ("checksum", self.checksum),
             ("priority", self.priority),
             ("speedLimit", self.speedLimit),
+            ("requestHeaders", self.requestHeaders.isEmpty ? nil : Self.jsonText(self.requestHeaders)),
+            ("options", self.options.isEmpty ? nil : Self.jsonText(self.options)),
+            ("queueRank", self.queueRank),
             ("failedAttempts", self.failedAttempts),
             ("notBefore", self.notBefore.map(StoredDate.text)),
             ("createdAt", StoredDate.text(self.createdAt)),
             ("startedAt", self.startedAt.map(StoredDate.text)),
             ("finishedAt", self.finishedAt.map(StoredDate.text)),
         ]
+    }
+
+    private static func jsonText(_ value: some Encodable) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        return String(decoding: (try? encoder.encode(value)) ?? Data("null".utf8), as: UTF8.self)
     }
 
     /// The names of ``columnValues``, in their order.
@@ -166,7 +196,7 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
 
     /// The client's view of this download.
     public var info: QueuedDownloadInfo {
-        QueuedDownloadInfo(
+        var info = QueuedDownloadInfo(
             id: self.id ?? 0,
             urls: self.urls,
             directory: self.directory,
@@ -181,8 +211,14 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
             speedLimit: self.speedLimit == 0 ? nil : self.speedLimit,
             createdAt: self.createdAt,
             startedAt: self.startedAt,
-            finishedAt: self.finishedAt
+            finishedAt: self.finishedAt,
+            gid: self.gid
         )
+        info.errorCode = self.errorCode
+        info.requestHeaders = self.requestHeaders.isEmpty ? nil : self.requestHeaders
+        info.options = self.options.isEmpty ? nil : self.options
+        info.queueRank = self.queueRank
+        return info
     }
 }
 

@@ -37,6 +37,18 @@ extension TransferStore {
                 table.column("json", .text).notNull()
             }
         }
+        migrator.registerMigration("v3: RPC ids, queue order, request headers and options") { db in
+            try db.alter(table: StoredDownload.databaseTableName) { table in
+                table.add(column: "gid", .text).notNull().defaults(to: "")
+                table.add(column: "errorCode", .integer)
+                table.add(column: "requestHeaders", .jsonText)
+                table.add(column: "options", .jsonText)
+                table.add(column: "queueRank", .double)
+            }
+            // Downloads from before the RPC get their id in hex: unique, and stable from now on.
+            try db.execute(sql: "UPDATE queuedDownload SET gid = printf('%016x', id)")
+            try db.create(index: "queuedDownload_gid", on: StoredDownload.databaseTableName, columns: ["gid"], unique: true)
+        }
     }
 
     // MARK: - Downloads
@@ -104,7 +116,8 @@ extension TransferStore {
 }
 
 extension TransferStore {
-    /// Records many new downloads in one transaction (all or none), with their ids.
+    /// Records many new downloads in one transaction (all or none), with their ids. A gid that
+    /// is taken fails the batch (the queue checks client-chosen ones first).
     /// One prepared statement for the whole batch.
     public func insert(_ downloads: [StoredDownload]) throws -> [StoredDownload] {
         guard !downloads.isEmpty else { return [] }
@@ -112,6 +125,8 @@ extension TransferStore {
             let statement = try db.cachedStatement(sql: Self.insertDownloadSQL)
             return try downloads.map { download in
                 var download = download
+                // Every download has an RPC id; the queue picks them, a bare insert gets a random one.
+                if download.gid.isEmpty { download.gid = DownloadGID.random() }
                 try statement.execute(arguments: StatementArguments(download.columnValues.map(\.value)))
                 download.id = db.lastInsertedRowID
                 return download

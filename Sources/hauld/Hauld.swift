@@ -34,6 +34,21 @@ struct Hauld: AsyncParsableCommand {
     @Flag(help: "Serve no web UI.")
     var noWeb = false
 
+    @Flag(name: .customLong("enable-rpc"), help: "Serve aria2's JSON-RPC (HTTP and WebSocket on /jsonrpc), as aria2c --enable-rpc.")
+    var enableRPC = false
+
+    @Option(name: .customLong("rpc-listen-port"), help: "Port of the aria2 RPC (0: any free port).")
+    var rpcListenPort: Int = 6800
+
+    @Flag(name: .customLong("rpc-listen-all"), help: "Listen for the RPC on every address instead of 127.0.0.1 only.")
+    var rpcListenAll = false
+
+    @Option(
+        name: .customLong("rpc-secret"),
+        help: "The RPC's secret ('token:SECRET' in every call). Default: one made on the first start, kept in the data directory; 'haul rpc-info' prints it. An empty value requires none."
+    )
+    var rpcSecret: String?
+
     @Flag(help: "Log every task start.")
     var verbose = false
 
@@ -47,6 +62,9 @@ struct Hauld: AsyncParsableCommand {
             paths: paths,
             maximumConcurrentTransfers: self.maximumTransfers,
             webPort: self.noWeb ? nil : self.webPort,
+            rpc: self.enableRPC
+                ? Aria2RPCServer.Configuration(port: self.rpcListenPort, listenAll: self.rpcListenAll, secret: self.rpcSecret)
+                : nil,
             logger: logger
         )
         let group = ServiceGroup(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)

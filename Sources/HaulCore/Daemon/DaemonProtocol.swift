@@ -64,6 +64,9 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
     /// With `queueList`: how many downloads match the filter (all pages).
     public var total: Int?
     public var webURL: String?
+    /// With `rpcInfo`: the aria2 RPC's endpoint and its secret (`nil`: none required).
+    public var rpcURL: String?
+    public var rpcSecret: String?
     /// The daemon's side of a long `downloads`: a JSON array written from ``DownloadRecord``s,
     /// sent as `downloads` (see ``DaemonServerLine/encoded()``). Never decoded.
     public var encodedDownloads: [UInt8]?
@@ -75,6 +78,7 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
 
     enum CodingKeys: String, CodingKey {
         case id, error, taskID, tasks, resumeData, processID, download, downloads, settings, count, total, webURL
+        case rpcURL, rpcSecret
     }
 }
 

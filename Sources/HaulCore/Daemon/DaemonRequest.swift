@@ -74,13 +74,15 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         case queueSubscribe
         /// The web UI's address with its token (`webURL`).
         case webUI
+        /// The aria2 RPC's endpoint and secret (`rpcURL`, `rpcSecret`).
+        case rpcInfo
     }
 
     /// The method names of the wire format, one per ``Command`` case.
     public enum Method: String, Codable, Sendable, Hashable, CaseIterable {
         case attach, createDownload, createUpload, resume, suspend, cancel, acknowledge, listTasks, ping
         case queueAdd, queueList, queueGet, queuePause, queueResume, queueCancel, queueRemove, queuePurge
-        case queueSetURL, queueSettings, queueSetSpeedLimit, queueSubscribe, webUI
+        case queueSetURL, queueSettings, queueSetSpeedLimit, queueSubscribe, webUI, rpcInfo
     }
 
     /// The method of ``command``.
@@ -417,6 +419,7 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         case .queueSetSpeedLimit: self.command = .queueSetSpeedLimit(try SetSpeedLimit(from: decoder))
         case .queueSubscribe: self.command = .queueSubscribe
         case .webUI: self.command = .webUI
+        case .rpcInfo: self.command = .rpcInfo
         }
     }
 
@@ -440,7 +443,7 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         case .queueSetURL(let payload): try payload.encode(to: encoder)
         case .queueSettings(let payload): try payload?.encode(to: encoder)
         case .queueSetSpeedLimit(let payload): try payload.encode(to: encoder)
-        case .ping, .queuePurge, .queueSubscribe, .webUI: break
+        case .ping, .queuePurge, .queueSubscribe, .webUI, .rpcInfo: break
         }
     }
 }
@@ -471,6 +474,7 @@ extension DaemonRequest.Command {
         case .queueSetSpeedLimit: .queueSetSpeedLimit
         case .queueSubscribe: .queueSubscribe
         case .webUI: .webUI
+        case .rpcInfo: .rpcInfo
         }
     }
 }

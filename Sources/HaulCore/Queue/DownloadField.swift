@@ -3,6 +3,7 @@
 /// of the members in a record.
 public enum DownloadField: String, Codable, Sendable, Hashable, CaseIterable {
     case id
+    case gid
     case urls
     case directory
     case fileName
@@ -13,9 +14,13 @@ public enum DownloadField: String, Codable, Sendable, Hashable, CaseIterable {
     case speed
     case secondsRemaining
     case errorMessage
+    case errorCode
     case checksum
     case priority
     case speedLimit
+    case requestHeaders
+    case options
+    case queueRank
     case createdAt
     case startedAt
     case finishedAt

@@ -15,10 +15,14 @@ public struct DownloadIndex: Sendable {
         /// File name and URLs, lowercased, for ``QueuePage/search``.
         var searchText: String
         public var record: DownloadRecord
+        /// The download as the record says it (for answers in other shapes: the RPC's status).
+        public var info: QueuedDownloadInfo
     }
 
     public private(set) var entries: [Entry] = []
     private var counts: [QueuedDownloadState: Int] = [:]
+    /// The RPC's ids.
+    private var gids: [String: Int64] = [:]
 
     public init() {}
 
@@ -26,8 +30,9 @@ public struct DownloadIndex: Sendable {
 
     /// Adds `info` or replaces the entry with its id.
     public mutating func put(_ info: QueuedDownloadInfo) {
-        let entry = Entry(id: info.id, state: info.state, searchText: Self.searchText(info), record: DownloadRecord(info))
+        let entry = Entry(id: info.id, state: info.state, searchText: Self.searchText(info), record: DownloadRecord(info), info: info)
         self.counts[entry.state, default: 0] += 1
+        if !info.gid.isEmpty { self.gids[info.gid] = info.id }
         if let last = self.entries.last, last.id >= info.id {
             let position = self.position(of: info.id)
             if position < self.entries.count, self.entries[position].id == info.id {
@@ -45,13 +50,16 @@ public struct DownloadIndex: Sendable {
         let position = self.position(of: id)
         guard position < self.entries.count, self.entries[position].id == id else { return }
         self.counts[self.entries[position].state]! -= 1
+        self.gids[self.entries[position].info.gid] = nil
         self.entries.remove(at: position)
     }
 
     /// Drops every entry in `states`; returns their ids.
     public mutating func removeAll(in states: Set<QueuedDownloadState>) -> [Int64] {
-        let gone = self.entries.filter { states.contains($0.state) }.map(\.id)
-        guard !gone.isEmpty else { return [] }
+        let goneEntries = self.entries.filter { states.contains($0.state) }
+        guard !goneEntries.isEmpty else { return [] }
+        for entry in goneEntries { self.gids[entry.info.gid] = nil }
+        let gone = goneEntries.map(\.id)
         self.entries.removeAll { states.contains($0.state) }
         for state in states { self.counts[state] = nil }
         return gone
@@ -61,6 +69,27 @@ public struct DownloadIndex: Sendable {
         let position = self.position(of: id)
         guard position < self.entries.count, self.entries[position].id == id else { return nil }
         return self.entries[position]
+    }
+
+    /// The id of the download with RPC id `gid` (lower-case hex).
+    public func id(gid: String) -> Int64? { self.gids[gid] }
+
+    /// The waiting queue as aria2 has it: waiting and paused downloads in the order they start
+    /// (higher priority first, then by ``QueuedDownloadInfo/queueOrder``).
+    public func waitingQueue() -> [Entry] {
+        var moved = false
+        var queue: [Entry] = []
+        for entry in self.entries where entry.state == .waiting || entry.state == .paused {
+            if entry.info.queueRank != nil || entry.info.priority != 0 { moved = true }
+            queue.append(entry)
+        }
+        // Ids ascend with age: only a moved download or a priority makes another order.
+        guard moved else { return queue }
+        return queue.sorted { a, b in
+            if a.info.priority != b.info.priority { return a.info.priority > b.info.priority }
+            if a.info.queueOrder != b.info.queueOrder { return a.info.queueOrder < b.info.queueOrder }
+            return a.id < b.id
+        }
     }
 
     /// How many downloads are in each state (states with none are absent).

@@ -23,6 +23,7 @@ public struct DownloadRecord: Sendable, Hashable {
             value(&writer)
         }
         member(.id) { $0.append(integer: info.id) }
+        member(.gid) { $0.append(string: info.gid) }
         member(.urls) { writer in
             writer.append(UInt8(ascii: "["))
             for (index, url) in info.urls.enumerated() {
@@ -40,9 +41,33 @@ public struct DownloadRecord: Sendable, Hashable {
         if let speed = info.speed { member(.speed) { $0.append(double: speed) } }
         if let secondsRemaining = info.secondsRemaining { member(.secondsRemaining) { $0.append(double: secondsRemaining) } }
         if let errorMessage = info.errorMessage { member(.errorMessage) { $0.append(string: errorMessage) } }
+        if let errorCode = info.errorCode { member(.errorCode) { $0.append(integer: errorCode) } }
         if let checksum = info.checksum { member(.checksum) { $0.append(string: checksum) } }
         member(.priority) { $0.append(integer: info.priority) }
         if let speedLimit = info.speedLimit { member(.speedLimit) { $0.append(integer: speedLimit) } }
+        if let headers = info.requestHeaders {
+            member(.requestHeaders) { writer in
+                writer.append(UInt8(ascii: "["))
+                for (index, header) in headers.enumerated() {
+                    if index > 0 { writer.append(UInt8(ascii: ",")) }
+                    writer.append(string: header)
+                }
+                writer.append(UInt8(ascii: "]"))
+            }
+        }
+        if let options = info.options {
+            member(.options) { writer in
+                writer.append(UInt8(ascii: "{"))
+                for (index, key) in options.keys.sorted().enumerated() {
+                    if index > 0 { writer.append(UInt8(ascii: ",")) }
+                    writer.append(string: key)
+                    writer.append(UInt8(ascii: ":"))
+                    writer.append(string: options[key]!)
+                }
+                writer.append(UInt8(ascii: "}"))
+            }
+        }
+        if let queueRank = info.queueRank { member(.queueRank) { $0.append(double: queueRank) } }
         member(.createdAt) { $0.append(date: info.createdAt) }
         if let startedAt = info.startedAt { member(.startedAt) { $0.append(date: startedAt) } }
         if let finishedAt = info.finishedAt { member(.finishedAt) { $0.append(date: finishedAt) } }
@@ -84,22 +109,27 @@ public struct DownloadRecord: Sendable, Hashable {
         // `allCases` order is declaration order; a switch keeps this free of searches.
         switch field {
         case .id: 0
-        case .urls: 1
-        case .directory: 2
-        case .fileName: 3
-        case .path: 4
-        case .state: 5
-        case .bytesDone: 6
-        case .totalBytes: 7
-        case .speed: 8
-        case .secondsRemaining: 9
-        case .errorMessage: 10
-        case .checksum: 11
-        case .priority: 12
-        case .speedLimit: 13
-        case .createdAt: 14
-        case .startedAt: 15
-        case .finishedAt: 16
+        case .gid: 1
+        case .urls: 2
+        case .directory: 3
+        case .fileName: 4
+        case .path: 5
+        case .state: 6
+        case .bytesDone: 7
+        case .totalBytes: 8
+        case .speed: 9
+        case .secondsRemaining: 10
+        case .errorMessage: 11
+        case .errorCode: 12
+        case .checksum: 13
+        case .priority: 14
+        case .speedLimit: 15
+        case .requestHeaders: 16
+        case .options: 17
+        case .queueRank: 18
+        case .createdAt: 19
+        case .startedAt: 20
+        case .finishedAt: 21
         }
     }
 

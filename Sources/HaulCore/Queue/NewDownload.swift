@@ -15,6 +15,12 @@ public struct NewDownload: Codable, Sendable, Hashable {
     public var priority: Int?
     /// Added paused instead of waiting.
     public var paused: Bool
+    /// The RPC id the client chose (16 hex digits); `nil`: the daemon picks one.
+    public var gid: String?
+    /// Extra request headers, `Name: value` each.
+    public var requestHeaders: [String]?
+    /// aria2 options as given through the RPC, kept for `getOption`.
+    public var options: [String: String]?
 
     public init(
         urls: [URL],
@@ -23,7 +29,10 @@ public struct NewDownload: Codable, Sendable, Hashable {
         checksum: String? = nil,
         speedLimit: Int64? = nil,
         priority: Int? = nil,
-        paused: Bool = false
+        paused: Bool = false,
+        gid: String? = nil,
+        requestHeaders: [String]? = nil,
+        options: [String: String]? = nil
     ) {
         self.urls = urls
         self.directory = directory
@@ -32,10 +41,13 @@ public struct NewDownload: Codable, Sendable, Hashable {
         self.speedLimit = speedLimit
         self.priority = priority
         self.paused = paused
+        self.gid = gid
+        self.requestHeaders = requestHeaders
+        self.options = options
     }
 
     enum CodingKeys: String, CodingKey {
-        case urls, directory, fileName, checksum, speedLimit, priority, paused
+        case urls, directory, fileName, checksum, speedLimit, priority, paused, gid, requestHeaders, options
     }
 
     public init(from decoder: any Decoder) throws {
@@ -53,6 +65,9 @@ public struct NewDownload: Codable, Sendable, Hashable {
         self.speedLimit = try container.decodeIfPresent(Int64.self, forKey: .speedLimit)
         self.priority = try container.decodeIfPresent(Int.self, forKey: .priority)
         self.paused = try container.decodeIfPresent(Bool.self, forKey: .paused) ?? false
+        self.gid = try container.decodeIfPresent(String.self, forKey: .gid)
+        self.requestHeaders = try container.decodeIfPresent([String].self, forKey: .requestHeaders)
+        self.options = try container.decodeIfPresent([String: String].self, forKey: .options)
     }
 }
 

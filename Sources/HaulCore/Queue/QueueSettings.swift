@@ -8,6 +8,9 @@ public struct QueueSettings: Codable, Sendable, Hashable {
     public var globalSpeedLimit: Int64 = 0
     /// Where downloads go when `add` names no directory.
     public var defaultDirectory: String
+    /// aria2 global options set through the RPC that Haul records (`split`, `user-agent` …):
+    /// answered by `getGlobalOption` and the defaults of downloads added through the RPC.
+    public var rpcOptions: [String: String]?
 
     public init(defaultDirectory: String) {
         self.defaultDirectory = defaultDirectory

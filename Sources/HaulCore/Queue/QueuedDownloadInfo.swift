@@ -3,6 +3,9 @@ import Foundation
 /// A download of the queue as clients see it: `haul ls --json`, the RPC and the web UI.
 public struct QueuedDownloadInfo: Codable, Sendable, Hashable {
     public var id: Int64
+    /// The aria2-style id of the RPC (16 hex digits), stable across restarts; chosen by the
+    /// daemon unless the client that added the download chose it.
+    public var gid: String
     /// The primary URL first, then mirrors.
     public var urls: [URL]
     public var directory: String
@@ -18,10 +21,20 @@ public struct QueuedDownloadInfo: Codable, Sendable, Hashable {
     /// Seconds to completion at the current speed.
     public var secondsRemaining: Double?
     public var errorMessage: String?
+    /// aria2's error code for `errorMessage` (``Aria2ErrorCode``): 3 not found, 9 disk full …
+    public var errorCode: Int?
     public var checksum: String?
     public var priority: Int
     /// Bytes per second; 0 or `nil` is unlimited.
     public var speedLimit: Int64?
+    /// Extra request headers, `Name: value` each (also `Referer` and `User-Agent`).
+    public var requestHeaders: [String]?
+    /// Options given through the RPC, as aria2 spells them (`split`, `max-connection-per-server`,
+    /// …), for `getOption`; those Haul acts on are also in the fields above.
+    public var options: [String: String]?
+    /// Where the download stands in the waiting queue when it was moved (aria2's
+    /// `changePosition`); `nil`: by age.
+    public var queueRank: Double?
     public var createdAt: Date
     public var startedAt: Date?
     public var finishedAt: Date?
@@ -41,9 +54,11 @@ public struct QueuedDownloadInfo: Codable, Sendable, Hashable {
         speedLimit: Int64?,
         createdAt: Date,
         startedAt: Date?,
-        finishedAt: Date?
+        finishedAt: Date?,
+        gid: String = ""
     ) {
         self.id = id
+        self.gid = gid
         self.urls = urls
         self.directory = directory
         self.fileName = fileName
@@ -59,6 +74,9 @@ public struct QueuedDownloadInfo: Codable, Sendable, Hashable {
         self.startedAt = startedAt
         self.finishedAt = finishedAt
     }
+
+    /// The waiting queue's order: lower first (by age unless moved).
+    public var queueOrder: Double { self.queueRank ?? Double(self.id) }
 
     /// Fraction done in 0...1, when the total is known.
     public var fraction: Double? {

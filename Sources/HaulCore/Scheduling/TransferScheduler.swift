@@ -58,11 +58,22 @@ public struct TransferScheduler: Sendable {
         public var isDiscretionary: Bool
         /// The earliest start (a retry delay), in seconds on the caller's clock.
         public var notBefore: Double?
+        /// Among equal priorities, lower goes first: the id (oldest first) unless the owner
+        /// reordered its queue (aria2's `changePosition`).
+        public var order: Double
 
-        public init(id: TransferID, host: String, priority: Int = 0, isDiscretionary: Bool = false, notBefore: Double? = nil) {
+        public init(
+            id: TransferID,
+            host: String,
+            priority: Int = 0,
+            isDiscretionary: Bool = false,
+            notBefore: Double? = nil,
+            order: Double? = nil
+        ) {
             self.id = id
             self.host = host
             self.priority = priority
+            self.order = order ?? Double(id.number)
             self.isDiscretionary = isDiscretionary
             self.notBefore = notBefore
         }
@@ -218,6 +229,7 @@ public struct TransferScheduler: Sendable {
         let runningA = self.runningPerOwner[a.id.owner] ?? 0
         let runningB = self.runningPerOwner[b.id.owner] ?? 0
         if runningA != runningB { return runningA < runningB }
+        if a.order != b.order { return a.order < b.order }
         if a.id.number != b.id.number { return a.id.number < b.id.number }
         return a.id.owner.rawValue < b.id.owner.rawValue
     }
@@ -226,6 +238,7 @@ public struct TransferScheduler: Sendable {
     private static func isWorse(_ a: Entry, than b: Entry) -> Bool {
         if a.isDiscretionary != b.isDiscretionary { return a.isDiscretionary }
         if a.priority != b.priority { return a.priority < b.priority }
+        if a.order != b.order { return a.order > b.order }
         return a.id.number > b.id.number
     }
 

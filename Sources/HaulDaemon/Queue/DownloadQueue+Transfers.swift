@@ -91,6 +91,7 @@ extension DownloadQueue {
                 download.notBefore = nil
                 // Running again: an earlier attempt's error ("…; retrying") is no longer news.
                 download.errorMessage = nil
+                download.errorCode = nil
                 if point == nil { download.bytesDone = 0 }
             }) else { return false }
             download = updated
@@ -109,7 +110,7 @@ extension DownloadQueue {
         )
         let run = TransferRun(
             engine: self.core.engine,
-            request: TransferRequest(url: download.url, method: "GET"),
+            request: TransferRequest(url: download.url, method: "GET", headers: Self.headers(download.requestHeaders)),
             destination: .file(path: partial, resume: point),
             resourceTimeout: nil,
             bandwidthLimiters: [self.core.globalLimiter, transfer.speedLimiter],
@@ -120,6 +121,16 @@ extension DownloadQueue {
         self.publish(.changed(self.info(for: download)))
         run.start { outcome in self.work.async { self.transferEnded(id, outcome: outcome) } }
         return true
+    }
+
+    /// The download's extra request headers (`Name: value` lines).
+    static func headers(_ lines: [String]) -> HTTPHeaderFields {
+        var headers = HTTPHeaderFields()
+        for line in lines {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers.add(name: String(line[..<colon]), value: line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+        }
+        return headers
     }
 
     // MARK: - Outcomes (on `work`)
@@ -218,6 +229,9 @@ extension DownloadQueue {
                 case .fail(let keepBytes):
                     download.state = .error
                     download.errorMessage = message
+                    download.errorCode = Aria2ErrorCode.code(
+                        urlErrorCode: failure.error.code.rawValue, serverStatus: failure.serverStatus, message: message
+                    )
                     download.finishedAt = Date()
                     // An error page (404, 500 …) is not part of the file: nothing resumable to keep.
                     if !keepBytes, failure.serverStatus != nil, let partial = download.partialPath {
@@ -271,6 +285,7 @@ extension DownloadQueue {
                 let updated = try self.updateDownload(id: id) { download in
                     download.state = .error
                     download.errorMessage = verdict
+                    download.errorCode = Aria2ErrorCode.code(urlErrorCode: nil, serverStatus: nil, message: verdict)
                     download.bytesDone = 0
                     download.entityTag = nil
                     download.lastModified = nil
@@ -289,6 +304,7 @@ extension DownloadQueue {
                 let updated = try self.updateDownload(id: id) { download in
                     download.state = .error
                     download.errorMessage = message
+                    download.errorCode = Aria2ErrorCode.fileIO
                     download.bytesDone = total
                 }
                 if let updated { self.publish(.changed(updated.info)) }
@@ -302,6 +318,7 @@ extension DownloadQueue {
                 download.fileName = (finalPath as NSString).lastPathComponent
                 download.partialPath = nil
                 download.errorMessage = nil
+                download.errorCode = nil
                 download.currentURL = url
                 download.finishedAt = Date()
             }

@@ -102,7 +102,8 @@ public final class DownloadQueue: TransferOwner, Sendable {
             id: TransferID(.queue, download.id!),
             host: TransferRun.hostKey(download.url),
             priority: download.priority,
-            notBefore: download.notBefore?.timeIntervalSinceReferenceDate
+            notBefore: download.notBefore?.timeIntervalSinceReferenceDate,
+            order: download.queueRank
         )
     }
 
@@ -187,7 +188,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
     }
 
     /// `info` with the live numbers of its running transfer.
-    private static func overlay(_ info: QueuedDownloadInfo, live transfer: TrackedTransfer) -> QueuedDownloadInfo {
+    static func overlay(_ info: QueuedDownloadInfo, live transfer: TrackedTransfer) -> QueuedDownloadInfo {
         var info = info
         info.bytesDone = transfer.bytesDone
         info.totalBytes = transfer.totalBytes ?? info.totalBytes
@@ -198,7 +199,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         return info
     }
 
-    private func existing(_ id: Int64) throws -> StoredDownload {
+    func existing(_ id: Int64) throws -> StoredDownload {
         guard let download = try self.store.download(id: id), download.state != .removed else {
             throw DaemonError("no download with id \(id) (see 'haul ls')")
         }
@@ -239,19 +240,31 @@ public final class DownloadQueue: TransferOwner, Sendable {
         let defaultDirectory = self.settings.defaultDirectory
         var prepared: Set<String> = []
         var rows: [StoredDownload] = []
+        var chosenGIDs: Set<String> = []
         rows.reserveCapacity(requests.count)
         for (index, request) in requests.enumerated() {
             do {
                 let directory = request.directory ?? defaultDirectory
                 if prepared.insert(directory).inserted { try Self.prepareDirectory(directory) }
-                rows.append(try Self.validated(request, directory: directory))
+                let row = try Self.validated(request, directory: directory)
+                if request.gid != nil, !chosenGIDs.insert(row.gid).inserted { throw DaemonError("GID \(row.gid) is not unique") }
+                rows.append(row)
             } catch let error as DaemonError where requests.count > 1 {
                 throw DaemonError("download \(index + 1) of \(requests.count): \(error.description)")
             }
         }
         let newRows = rows
         return try await self.onWork {
-            let inserted = try self.insertDownloads(newRows)
+            // Ids the daemon picked are random 64-bit numbers: a clash is drawn again; one a
+            // client chose must be free.
+            var rows = newRows
+            try self.state.withLock { state in
+                for position in rows.indices where state.index.id(gid: rows[position].gid) != nil {
+                    if requests[position].gid != nil { throw DaemonError("GID \(rows[position].gid) is not unique") }
+                    repeat { rows[position].gid = DownloadGID.random() } while state.index.id(gid: rows[position].gid) != nil
+                }
+            }
+            let inserted = try self.insertDownloads(rows)
             if inserted.count == 1 {
                 self.logger.info("queued download \(inserted[0].id!): \(inserted[0].urls[0].absoluteString) → \(inserted[0].directory)")
             } else {
@@ -280,6 +293,18 @@ public final class DownloadQueue: TransferOwner, Sendable {
         let spec: ChecksumSpec?
         do { spec = try request.checksum.map { try ChecksumSpec(parsing: $0) } } catch { throw DaemonError("bad checksum: \(error)") }
         if let speedLimit = request.speedLimit, speedLimit < 0 { throw DaemonError("a speed limit cannot be negative") }
+        var gid = DownloadGID.random()
+        if let chosen = request.gid {
+            guard let normalized = DownloadGID.normalized(chosen), normalized != "0000000000000000" else {
+                throw DaemonError("'\(chosen)' is not a GID (16 hex digits)")
+            }
+            gid = normalized
+        }
+        for line in request.requestHeaders ?? [] {
+            guard let colon = line.firstIndex(of: ":"), colon != line.startIndex, !line.contains("\r"), !line.contains("\n") else {
+                throw DaemonError("'\(line)' is not a header line ('Name: value')")
+            }
+        }
         var download = StoredDownload(
             urls: request.urls,
             directory: directory,
@@ -288,6 +313,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
             priority: request.priority ?? 0,
             speedLimit: request.speedLimit ?? 0
         )
+        download.gid = gid
+        download.requestHeaders = request.requestHeaders ?? []
+        download.options = request.options ?? [:]
         download.fileName = request.fileName ?? FileNaming.suggestedFilename(contentDisposition: nil, url: request.urls[0])
         if request.paused { download.state = .paused }
         return download
@@ -391,6 +419,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
             guard download.state.canResume else { return false }
             download.state = .waiting
             download.errorMessage = nil
+            download.errorCode = nil
             download.failedAttempts = 0
             download.notBefore = nil
             if download.urlIndex >= download.urls.count { download.urlIndex = 0 }

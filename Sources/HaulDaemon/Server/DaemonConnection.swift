@@ -36,12 +36,14 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
     private let daemon: TransferDaemon
     private let queue: DownloadQueue
     private let web: WebUIServer?
+    private let rpc: Aria2RPCServer?
     private var connection: DaemonConnection?
 
-    init(daemon: TransferDaemon, queue: DownloadQueue, web: WebUIServer?) {
+    init(daemon: TransferDaemon, queue: DownloadQueue, web: WebUIServer?, rpc: Aria2RPCServer?) {
         self.daemon = daemon
         self.queue = queue
         self.web = web
+        self.rpc = rpc
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -71,6 +73,7 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
         let daemon = self.daemon
         let queue = self.queue
         let web = self.web
+        let rpc = self.rpc
         Task {
             var response = await DaemonRequestHandler.handle(request, daemon: daemon, queue: queue, connection: connection)
             if case .webUI = request.command, response.error == nil {
@@ -78,6 +81,14 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
                     response.webURL = address
                 } else {
                     response.error = web == nil ? "this hauld serves no web UI (started with --no-web)" : "the web UI is not listening (see hauld.log)"
+                }
+            }
+            if case .rpcInfo = request.command, response.error == nil {
+                if let endpoint = rpc?.endpoint {
+                    response.rpcURL = endpoint
+                    response.rpcSecret = rpc?.secret
+                } else {
+                    response.error = rpc == nil ? "this hauld serves no aria2 RPC (start it with --enable-rpc)" : "the aria2 RPC is not listening (see hauld.log)"
                 }
             }
             connection.respond(response)
@@ -127,7 +138,7 @@ enum DaemonRequestHandler {
             case .queueAdd, .queueList, .queueGet, .queuePause, .queueResume, .queueCancel, .queueRemove, .queuePurge,
                 .queueSetURL, .queueSettings, .queueSubscribe, .queueSetSpeedLimit:
                 try await QueueRequestHandler.handle(request.command, queue: queue, connection: connection, into: &response)
-            case .ping, .webUI:
+            case .ping, .webUI, .rpcInfo:
                 response.processID = getpid()
             case .attach(let attach):
                 if let version = attach.protocolVersion, version != DaemonProtocol.version {

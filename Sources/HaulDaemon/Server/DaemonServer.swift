@@ -11,13 +11,13 @@ public final class DaemonServer: Sendable {
     }
 
     /// Binds `path` (replacing a stale socket file) and serves `daemon` on it.
-    public static func start(path: String, daemon: TransferDaemon, queue: DownloadQueue, web: WebUIServer? = nil) async throws -> DaemonServer {
+    public static func start(path: String, daemon: TransferDaemon, queue: DownloadQueue, web: WebUIServer? = nil, rpc: Aria2RPCServer? = nil) async throws -> DaemonServer {
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 64)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(JSONLineDecoder()))
-                    try channel.pipeline.syncOperations.addHandler(DaemonConnectionHandler(daemon: daemon, queue: queue, web: web))
+                    try channel.pipeline.syncOperations.addHandler(DaemonConnectionHandler(daemon: daemon, queue: queue, web: web, rpc: rpc))
                 }
             }
             .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true)
