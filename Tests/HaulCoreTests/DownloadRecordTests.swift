@@ -51,6 +51,11 @@ struct DownloadRecordTests {
         info.checksum = "sha-256=abc"
         info.priority = -7
         info.speedLimit = 500_000
+        info.gid = "0123456789abcdef"
+        info.errorCode = 22
+        info.requestHeaders = ["X-Quote: \"q\"", "Referer: http://r/é"]
+        info.options = ["split": "8", "weird \"key\"": "v\n"]
+        info.queueRank = -12.5
         info.startedAt = Date(timeIntervalSince1970: 1_700_000_123.9)
         info.finishedAt = Date(timeIntervalSince1970: 4_102_444_799)  // 2099-12-31T23:59:59Z
         return info
@@ -113,16 +118,16 @@ struct DownloadRecordTests {
 
     @Test("Unknown fields are refused by name; the list request carries the fields")
     func fieldsInRequests() throws {
-        #expect(throws: UnknownDownloadField.self) { try DownloadField.parse(["id", "gid"]) }
-        #expect("\(UnknownDownloadField(name: "gid"))".contains("unknown field 'gid'"))
+        #expect(throws: UnknownDownloadField.self) { try DownloadField.parse(["id", "status"]) }
+        #expect("\(UnknownDownloadField(name: "status"))".contains("unknown field 'status'"))
         let line = #"{"id":1,"method":"queueList","fields":["id","state"],"limit":5}"#
         let request = try JSONDecoder().decode(DaemonRequest.self, from: Data(line.utf8))
         #expect(request.command == .queueList(QueuePage(limit: 5, fields: [.id, .state])))
         do {
-            _ = try JSONDecoder().decode(DaemonRequest.self, from: Data(#"{"id":1,"method":"queueList","fields":["gid"]}"#.utf8))
+            _ = try JSONDecoder().decode(DaemonRequest.self, from: Data(#"{"id":1,"method":"queueList","fields":["status"]}"#.utf8))
             Issue.record("an unknown field was accepted")
         } catch DecodingError.dataCorrupted(let context) {
-            #expect(context.debugDescription.contains("unknown field 'gid'"))
+            #expect(context.debugDescription.contains("unknown field 'status'"))
         }
     }
 
