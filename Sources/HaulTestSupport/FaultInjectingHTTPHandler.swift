@@ -110,6 +110,11 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
             let stats = self.server.bodyBytesPerKey
             let body = "{" + stats.sorted { $0.key < $1.key }.map { "\"\($0.key)\":\($0.value)" }.joined(separator: ",") + "}"
             self.respond(context: context, status: .ok, headers: [], body: body)
+        case "headers":
+            // The request's header lines as the body (`Name: value` each), to check what a
+            // client sent.
+            let body = head.headers.map { "\($0.name): \($0.value)\n" }.joined()
+            self.respond(context: context, status: .ok, headers: [], body: body)
         case "echo":
             var headers = HTTPHeaders()
             headers.add(name: "Content-Type", value: "application/octet-stream")

@@ -93,6 +93,7 @@ struct DaemonRequestTests {
             .queueSetSpeedLimit(.init(downloadID: 13, speedLimit: 1000)),
             .queueSubscribe,
             .webUI,
+            .rpcInfo,
         ]
         #expect(Set(commands.map(\.method)) == Set(DaemonRequest.Method.allCases), "every method is covered")
         for (index, command) in commands.enumerated() {

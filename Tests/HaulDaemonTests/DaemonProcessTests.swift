@@ -336,8 +336,8 @@ struct DaemonProcessTests {
         #expect(projected.map { Set($0.keys) } == [["id", "state"], ["id", "state"]])
         #expect(projected.map { $0["id"] as? Int } == [1, 2])
         #expect(String(decoding: raw, as: UTF8.self).contains(#"{"state":"paused","id":1}"#))
-        client.sendRaw(Array(#"{"id":8,"method":"queueList","fields":["gid"]}\#n"#.utf8))
-        #expect(await client.readLine()?.response?.error?.contains("unknown field 'gid'") == true)
+        client.sendRaw(Array(#"{"id":8,"method":"queueList","fields":["status"]}\#n"#.utf8))
+        #expect(await client.readLine()?.response?.error?.contains("unknown field 'status'") == true)
 
         // Changes are listed at once.
         _ = try await client.request(DaemonRequest(.queueCancel(.init(downloadID: 3))))

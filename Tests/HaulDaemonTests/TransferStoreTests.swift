@@ -46,6 +46,11 @@ struct TransferStoreTests {
         full.notBefore = Date(timeIntervalSince1970: 0.5)
         full.startedAt = Date(timeIntervalSince1970: 4_102_444_799.001)
         full.finishedAt = Date(timeIntervalSince1970: 1_000_000_000)
+        full.gid = "0123456789abcdef"
+        full.errorCode = 22
+        full.requestHeaders = ["X-A: \"1\"", "Referer: http://r/ü"]
+        full.options = ["split": "8", "max-connection-per-server": "16"]
+        full.queueRank = -3.25
         let minimal = StoredDownload(urls: [URL(string: "http://127.0.0.1/b")!], directory: "/d", requestedName: nil, checksum: nil, priority: 0, speedLimit: 0)
         let inserted = try store.insert([full, minimal])
         #expect(inserted.map(\.id) == [1, 2])
@@ -63,6 +68,9 @@ struct TransferStoreTests {
             #expect(close(read.finishedAt, written.finishedAt))
             var expected = written
             expected.id = id
+            // A bare insert without a gid gets a random one.
+            if written.gid.isEmpty { #expect(DownloadGID.normalized(read.gid) == read.gid) } else { #expect(read.gid == written.gid) }
+            expected.gid = read.gid
             expected.createdAt = read.createdAt
             expected.notBefore = read.notBefore
             expected.startedAt = read.startedAt

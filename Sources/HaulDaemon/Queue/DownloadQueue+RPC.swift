@@ -236,6 +236,8 @@ extension DownloadQueue {
             guard !download.state.isInProgress else {
                 throw Aria2Fault("download \(download.gid) is \(download.state.rawValue), not stopped")
             }
+            // Kept bytes of a failed download go with its entry.
+            if download.state != .complete, let partial = download.partialPath { unlink(partial) }
             try self.deleteDownload(id: id)
             self.publish(.removed(id: id))
         }

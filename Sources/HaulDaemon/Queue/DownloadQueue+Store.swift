@@ -35,9 +35,14 @@ extension DownloadQueue {
         self.state.withLock { $0.index.remove(id: id) }
     }
 
-    /// Deletes finished, failed and removed downloads; returns their ids.
+    /// Deletes finished, failed and removed downloads; returns their ids. The bytes a failed
+    /// download kept for a resume go with it (a complete file stays).
     func purgeFinishedDownloads() throws -> [Int64] {
+        let kept = self.state.withLock { state in
+            state.index.entries.filter { $0.state == .error }.compactMap(\.info.path)
+        }
         _ = try self.store.purgeFinishedDownloads()
+        for path in kept where path.hasSuffix(".haul-part") { unlink(path) }
         return self.state.withLock { $0.index.removeAll(in: [.complete, .error, .removed]) }
     }
 }
