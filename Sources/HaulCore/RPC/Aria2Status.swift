@@ -123,13 +123,15 @@ public enum Aria2Status {
         writer.append(UInt8(ascii: "}"))
     }
 
-    /// `[{"status":"used","uri":…},{"status":"waiting","uri":…}]`: the primary URL in use, the
-    /// mirrors waiting.
+    /// `[{"status":"used","uri":…},{"status":"waiting","uri":…}]`: the primary URL in use while
+    /// the download is active, every other URL (and all of them otherwise) waiting, as aria2c
+    /// reports them.
     public static func writeURIs(_ info: QueuedDownloadInfo, to writer: inout JSONWriter) {
         writer.append(UInt8(ascii: "["))
         for (index, url) in info.urls.enumerated() {
             if index > 0 { writer.append(UInt8(ascii: ",")) }
-            writer.append(raw: index == 0 ? "{\"status\":\"used\",\"uri\":" : "{\"status\":\"waiting\",\"uri\":")
+            let used = index == 0 && info.state == .active
+            writer.append(raw: used ? "{\"status\":\"used\",\"uri\":" : "{\"status\":\"waiting\",\"uri\":")
             writer.append(string: url.absoluteString)
             writer.append(UInt8(ascii: "}"))
         }
