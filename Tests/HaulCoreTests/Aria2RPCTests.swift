@@ -119,7 +119,7 @@ struct Aria2RPCTests {
         let uris = try #require(file["uris"] as? [[String: String]])
         #expect(uris == [["status": "used", "uri": "http://127.0.0.1:8080/a.iso"], ["status": "waiting", "uri": "http://127.0.0.1:8081/a.iso"]])
         // Keys come out in aria2's (alphabetical) order (files left out: its members reuse names).
-        let text = String(decoding: Aria2Status.bytes(Self.info(done: 1, total: 2), keys: Set(Aria2Status.keys).subtracting(["files"])), as: UTF8.self)
+        let text = String(decoding: Aria2Status.bytes(Self.info(done: 1, total: 2), keys: .init(Aria2Status.keys.filter { $0 != "files" })), as: UTF8.self)
         let positions = Aria2Status.keys.compactMap { text.range(of: "\"\($0)\":")?.lowerBound }
         #expect(positions.count == Aria2Status.keys.count - 3)  // no files, errorCode, errorMessage
         #expect(positions == positions.sorted())
@@ -127,12 +127,19 @@ struct Aria2RPCTests {
         var failed = Self.info(state: .error, done: 5, total: 9)
         failed.errorCode = 3
         failed.errorMessage = "the server answered 404"
-        let error = Self.object(Aria2Status.bytes(failed, keys: ["gid", "status", "errorCode", "errorMessage", "downloadSpeed"]))
+        let error = Self.object(Aria2Status.bytes(failed, keys: .init(["gid", "status", "errorCode", "errorMessage", "downloadSpeed"])))
         #expect(error.count == 5)
         #expect(error["errorCode"] as? String == "3")
         #expect(error["errorMessage"] as? String == "the server answered 404")
         #expect(error["downloadSpeed"] as? String == "0")
-        let complete = Self.object(Aria2Status.bytes(Self.info(state: .complete, done: 10, total: 10), keys: ["errorCode", "bitfield"]))
+        let complete = Self.object(Aria2Status.bytes(Self.info(state: .complete, done: 10, total: 10), keys: .init(["errorCode", "bitfield"])))
+        // Each key selects exactly its own member; an unknown one selects nothing.
+        var every = Self.info(state: .error, done: 5, total: 9)
+        every.errorMessage = "x"
+        for key in Aria2Status.keys {
+            #expect(Array(Self.object(Aria2Status.bytes(every, keys: .init([key]))).keys) == [key], "\(key)")
+        }
+        #expect(Aria2Status.bytes(every, keys: .init(["follows"])) == Array("{}".utf8))
         #expect(complete["errorCode"] as? String == "0")
         #expect(complete["bitfield"] as? String == "80")
     }

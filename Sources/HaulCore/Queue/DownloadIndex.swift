@@ -74,22 +74,49 @@ public struct DownloadIndex: Sendable {
     /// The id of the download with RPC id `gid` (lower-case hex).
     public func id(gid: String) -> Int64? { self.gids[gid] }
 
+    /// How many downloads are in aria2's waiting queue (waiting and paused).
+    public var waitingQueueCount: Int { (self.counts[.waiting] ?? 0) + (self.counts[.paused] ?? 0) }
+
     /// The waiting queue as aria2 has it: waiting and paused downloads in the order they start
     /// (higher priority first, then by ``QueuedDownloadInfo/queueOrder``).
     public func waitingQueue() -> [Entry] {
-        var moved = false
-        var queue: [Entry] = []
-        for entry in self.entries where entry.state == .waiting || entry.state == .paused {
-            if entry.info.queueRank != nil || entry.info.priority != 0 { moved = true }
-            queue.append(entry)
+        self.waitingQueue(at: Array(0..<self.waitingQueueCount))
+    }
+
+    /// The entries at `positions` of the waiting queue (in the order of `positions`; those past
+    /// the end are left out). Nothing is copied but what is asked for: with no download moved
+    /// and no priority set, the queue is id order and one walk picks the window; otherwise
+    /// the positions of the whole queue are sorted, not its entries.
+    public func waitingQueue(at positions: [Int]) -> [Entry] {
+        guard !positions.isEmpty else { return [] }
+        var members: [Int] = []
+        members.reserveCapacity(self.waitingQueueCount)
+        var reordered = false
+        for index in self.entries.indices where self.entries[index].state == .waiting || self.entries[index].state == .paused {
+            members.append(index)
+            if self.entries[index].info.queueRank != nil || self.entries[index].info.priority != 0 { reordered = true }
         }
-        // Ids ascend with age: only a moved download or a priority makes another order.
-        guard moved else { return queue }
-        return queue.sorted { a, b in
-            if a.info.priority != b.info.priority { return a.info.priority > b.info.priority }
-            if a.info.queueOrder != b.info.queueOrder { return a.info.queueOrder < b.info.queueOrder }
-            return a.id < b.id
+        if reordered {
+            members.sort { a, b in
+                let (x, y) = (self.entries[a].info, self.entries[b].info)
+                if x.priority != y.priority { return x.priority > y.priority }
+                if x.queueOrder != y.queueOrder { return x.queueOrder < y.queueOrder }
+                return x.id < y.id
+            }
         }
+        return positions.compactMap { $0 >= 0 && $0 < members.count ? self.entries[members[$0]] : nil }
+    }
+
+    /// The entries at `positions` of the stopped downloads (complete, failed, removed) in the
+    /// order they stopped (finish time, then id), as aria2's `tellStopped` has them.
+    public func stoppedQueue(at positions: (Int) throws -> [Int]) rethrows -> [Entry] {
+        var members = self.entries.indices.filter { self.entries[$0].state == .complete || self.entries[$0].state == .error || self.entries[$0].state == .removed }
+        members.sort { a, b in
+            let (x, y) = (self.entries[a].info, self.entries[b].info)
+            let (p, q) = (x.finishedAt ?? x.createdAt, y.finishedAt ?? y.createdAt)
+            return p != q ? p < q : x.id < y.id
+        }
+        return try positions(members.count).compactMap { $0 >= 0 && $0 < members.count ? self.entries[members[$0]] : nil }
     }
 
     /// How many downloads are in each state (states with none are absent).

@@ -18,10 +18,24 @@ public enum Aria2Status {
     /// aria2's name for a state (the same words).
     public static func status(_ state: QueuedDownloadState) -> String { state.rawValue }
 
-    /// The keys asked for, checked: `nil` for all of them.
-    public static func keySet(_ keys: [String]?) -> Set<String>? {
+    /// The keys a request asks for, as one bit per entry of ``keys`` (unknown names select
+    /// nothing, as with aria2c).
+    public struct KeySelection: Sendable, Hashable {
+        var bits: UInt32 = 0
+
+        public init(_ names: [String]) {
+            for name in names {
+                if let index = Aria2Status.keys.firstIndex(of: name) { self.bits |= 1 << UInt32(index) }
+            }
+        }
+
+        func contains(_ index: Int) -> Bool { self.bits & (1 << UInt32(index)) != 0 }
+    }
+
+    /// The keys asked for: `nil` (or none) for all of them.
+    public static func keySet(_ keys: [String]?) -> KeySelection? {
         guard let keys, !keys.isEmpty else { return nil }
-        return Set(keys)
+        return KeySelection(keys)
     }
 
     /// The file's path as aria2 reports it: the final path once known, else where it will be.
@@ -51,10 +65,11 @@ public enum Aria2Status {
     }
 
     /// Writes the status object of `info`, with only `keys` when given.
-    public static func write(_ info: QueuedDownloadInfo, keys: Set<String>?, to writer: inout JSONWriter) {
+    public static func write(_ info: QueuedDownloadInfo, keys: KeySelection?, to writer: inout JSONWriter) {
         var first = true
-        func member(_ name: StaticString, _ value: (inout JSONWriter) -> Void) {
-            if let keys, !keys.contains(name.description) { return }
+        // `index` is the member's place in ``keys``, which is also the order they are written in.
+        func member(_ index: Int, _ name: StaticString, _ value: (inout JSONWriter) -> Void) {
+            if let keys, !keys.contains(index) { return }
             writer.append(first ? UInt8(ascii: "{") : UInt8(ascii: ","))
             first = false
             writer.append(UInt8(ascii: "\""))
@@ -74,37 +89,37 @@ public enum Aria2Status {
         let isActive = info.state == .active
         let speed = isActive ? Int64((info.speed ?? 0).rounded()) : 0
         let pieces = Self.bitfield(done: done, total: total)
-        if pieces.pieces > 0 { member("bitfield") { $0.append(string: pieces.hex) } }
-        member("completedLength", number(done))
-        member("connections", number(isActive ? 1 : 0))
-        member("dir") { $0.append(string: info.directory) }
-        member("downloadSpeed", number(speed))
+        if pieces.pieces > 0 { member(0, "bitfield") { $0.append(string: pieces.hex) } }
+        member(1, "completedLength", number(done))
+        member(2, "connections", number(isActive ? 1 : 0))
+        member(3, "dir") { $0.append(string: info.directory) }
+        member(4, "downloadSpeed", number(speed))
         if info.state == .error || info.state == .complete || info.state == .removed {
-            member("errorCode") { writer in
+            member(5, "errorCode") { writer in
                 writer.append(UInt8(ascii: "\""))
                 writer.append(integer: info.state == .error ? (info.errorCode ?? 1) : 0)
                 writer.append(UInt8(ascii: "\""))
             }
         }
-        if let message = info.errorMessage, info.state == .error { member("errorMessage") { $0.append(string: message) } }
-        member("files") { writer in
+        if let message = info.errorMessage, info.state == .error { member(6, "errorMessage") { $0.append(string: message) } }
+        member(7, "files") { writer in
             writer.append(UInt8(ascii: "["))
             Self.writeFile(info, done: done, to: &writer)
             writer.append(UInt8(ascii: "]"))
         }
-        member("gid") { $0.append(string: info.gid) }
-        member("numPieces", number(pieces.pieces))
-        member("pieceLength", number(Self.pieceLength))
-        member("status") { $0.append(string: Self.status(info.state)) }
-        member("totalLength", number(total))
-        member("uploadLength") { $0.append(raw: "\"0\"") }
-        member("uploadSpeed") { $0.append(raw: "\"0\"") }
+        member(8, "gid") { $0.append(string: info.gid) }
+        member(9, "numPieces", number(pieces.pieces))
+        member(10, "pieceLength", number(Self.pieceLength))
+        member(11, "status") { $0.append(string: Self.status(info.state)) }
+        member(12, "totalLength", number(total))
+        member(13, "uploadLength") { $0.append(raw: "\"0\"") }
+        member(14, "uploadSpeed") { $0.append(raw: "\"0\"") }
         if first { writer.append(UInt8(ascii: "{")) }
         writer.append(UInt8(ascii: "}"))
     }
 
     /// The status object as bytes.
-    public static func bytes(_ info: QueuedDownloadInfo, keys: Set<String>?) -> [UInt8] {
+    public static func bytes(_ info: QueuedDownloadInfo, keys: KeySelection?) -> [UInt8] {
         var writer = JSONWriter(capacity: 512)
         Self.write(info, keys: keys, to: &writer)
         return writer.bytes

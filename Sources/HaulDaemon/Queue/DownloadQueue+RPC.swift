@@ -38,12 +38,16 @@ extension DownloadQueue {
         self.state.withLock { $0.index.waitingQueue().map(\.info) }
     }
 
-    /// Finished, failed and removed downloads in the order they stopped.
-    public func stoppedDownloads() -> [QueuedDownloadInfo] {
-        self.liveInfos(in: [.complete, .error, .removed]).sorted { a, b in
-            let (x, y) = (a.finishedAt ?? a.createdAt, b.finishedAt ?? b.createdAt)
-            return x != y ? x < y : a.id < b.id
+    /// A window of the waiting queue: `window` gets its length and answers the positions.
+    public func waitingQueue(window: (Int) throws -> [Int]) rethrows -> [QueuedDownloadInfo] {
+        try self.state.withLock { state in
+            try state.index.waitingQueue(at: window(state.index.waitingQueueCount)).map(\.info)
         }
+    }
+
+    /// A window of the finished, failed and removed downloads in the order they stopped.
+    public func stoppedDownloads(window: (Int) throws -> [Int]) rethrows -> [QueuedDownloadInfo] {
+        try self.state.withLock { state in try state.index.stoppedQueue(at: window).map(\.info) }
     }
 
     /// The sum of the running downloads' speeds, in bytes per second.

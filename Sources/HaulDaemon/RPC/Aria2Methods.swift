@@ -104,9 +104,7 @@ public struct Aria2Methods: Sendable {
         let queue = self.queue
         switch name {
         case "addUri":
-            let uris = try params.strings(0, "uris")
-            let options = try params.object(1) ?? []
-            var request = try Aria2Options.newDownload(uris: uris, options: options, defaults: queue.settings.rpcOptions ?? [:])
+            var request = try self.newDownload(params)
             let position = try params.integer(2)
             if position != nil, request.paused == false {
                 // Placed before it can start: added paused, moved, then released.
@@ -123,6 +121,7 @@ public struct Aria2Methods: Sendable {
             throw Aria2Fault("\(name) is not supported: Haul downloads over HTTP and HTTPS only")
         case "remove", "forceRemove":
             let (id, gid) = try self.download(params)
+            guard queue.liveInfo(id: id)?.state.isInProgress == true else { throw Aria2Fault("GID#\(gid) cannot be removed now") }
             try await queue.cancel(id: id)
             return .string(gid)
         case "pause", "forcePause":
@@ -167,9 +166,10 @@ public struct Aria2Methods: Sendable {
         case "tellWaiting", "tellStopped":
             let offset = try params.integer(0, required: true)!
             let num = try params.integer(1, required: true)!
-            let all = name == "tellWaiting" ? queue.waitingQueue() : queue.stoppedDownloads()
-            let indices = try Aria2Window.indices(count: all.count, offset: offset, num: num)
-            return Self.list(indices.lazy.map { all[$0] }, keys: try params.strings(2, "keys", optional: true))
+            let keys = try params.strings(2, "keys", optional: true)
+            let window = { (count: Int) throws(Aria2Fault) -> [Int] in try Aria2Window.indices(count: count, offset: offset, num: num) }
+            let infos = name == "tellWaiting" ? try queue.waitingQueue(window: window) : try queue.stoppedDownloads(window: window)
+            return Self.list(infos, keys: keys)
         case "changePosition":
             let (id, _) = try self.download(params)
             let offset = try params.integer(1, required: true)!
@@ -240,38 +240,97 @@ public struct Aria2Methods: Sendable {
         }
     }
 
+    /// The download an `addUri` call asks for (its URIs and options, over the recorded
+    /// global defaults).
+    private func newDownload(_ params: Parameters) throws(Aria2Fault) -> NewDownload {
+        let uris = try params.strings(0, "uris")
+        let options = try params.object(1) ?? []
+        return try Aria2Options.newDownload(uris: uris, options: options, defaults: self.queue.settings.rpcOptions ?? [:])
+    }
+
     /// `system.multicall([{methodName, params}, …])`: each answer is `[result]` or a fault
     /// object, in order; each `aria2.*` sub-call carries its own token.
+    ///
+    /// A run of `addUri` calls (how front-ends add many URLs at once) is added in one
+    /// transaction, as `haul add -i` does; if the batch is refused as a whole, each is added on
+    /// its own so that each gets its own answer.
     private func multicall(_ params: [JSONValue]) async throws(Aria2Fault) -> JSONValue {
         guard params.count == 1, case .array(let calls) = params[0] else {
             throw .invalidParams("system.multicall takes one list of {methodName, params}")
         }
-        var answers: [JSONValue] = []
-        answers.reserveCapacity(calls.count)
+        var parsed: [Result<(method: String, params: [JSONValue]), Aria2Fault>] = []
+        parsed.reserveCapacity(calls.count)
         for call in calls {
             guard let method = call["methodName"]?.stringValue else {
-                answers.append(Aria2Fault.invalidParams("each call needs a methodName").json)
+                parsed.append(.failure(.invalidParams("each call needs a methodName")))
                 continue
             }
             if method == "system.multicall" {
-                answers.append(Aria2Fault("system.multicall cannot be nested").json)
+                parsed.append(.failure(Aria2Fault("system.multicall cannot be nested")))
                 continue
             }
-            let callParams: [JSONValue]
             switch call["params"] {
-            case nil, .null?: callParams = []
-            case .array(let values)?: callParams = values
-            default:
-                answers.append(Aria2Fault.invalidParams("params must be an array").json)
-                continue
-            }
-            do {
-                answers.append(.array([try await self.call(method, callParams)]))
-            } catch {
-                answers.append(error.json)
+            case nil, .null?: parsed.append(.success((method, [])))
+            case .array(let values)?: parsed.append(.success((method, values)))
+            default: parsed.append(.failure(.invalidParams("params must be an array")))
             }
         }
+        var answers: [JSONValue] = []
+        answers.reserveCapacity(calls.count)
+        var index = 0
+        while index < parsed.count {
+            // A run of plain addUri calls (no position) goes in as one batch.
+            var batch: [(answer: Int, request: NewDownload)] = []
+            while index < parsed.count, case .success(let call) = parsed[index], call.method == "aria2.addUri" {
+                let request: NewDownload
+                do {
+                    let arguments = Parameters(try Aria2Token.strip(call.params, secret: self.secret), method: call.method)
+                    guard try arguments.integer(2) == nil else { break }
+                    request = try self.newDownload(arguments)
+                } catch {
+                    answers.append(error.json)
+                    index += 1
+                    continue
+                }
+                answers.append(.null)
+                batch.append((answers.count - 1, request))
+                index += 1
+            }
+            if !batch.isEmpty {
+                await self.addBatch(batch, into: &answers)
+                continue
+            }
+            switch parsed[index] {
+            case .failure(let fault): answers.append(fault.json)
+            case .success(let call):
+                do {
+                    answers.append(.array([try await self.call(call.method, call.params)]))
+                } catch {
+                    answers.append(error.json)
+                }
+            }
+            index += 1
+        }
         return .array(answers)
+    }
+
+    /// Adds checked `addUri` requests in one transaction and puts each gid (or fault) in its
+    /// place in `answers`.
+    private func addBatch(_ batch: [(answer: Int, request: NewDownload)], into answers: inout [JSONValue]) async {
+        if batch.count > 1, let added = try? await self.queue.add(batch.map(\.request)) {
+            for (entry, info) in zip(batch, added) { answers[entry.answer] = .array([.string(info.gid)]) }
+            return
+        }
+        for entry in batch {
+            do {
+                let info = try await self.queue.add([entry.request])[0]
+                answers[entry.answer] = .array([.string(info.gid)])
+            } catch let error as DaemonError {
+                answers[entry.answer] = Aria2Fault(error.description).json
+            } catch {
+                answers[entry.answer] = Aria2Fault("\(error)").json
+            }
+        }
     }
 
     // MARK: - Helpers

@@ -265,6 +265,24 @@ struct Aria2RPCProcessTests {
         #expect((multi[1] as? [String: Any])?["message"] as? String == "Unauthorized")
         #expect((multi[2] as? [String: Any])?["message"] as? String == "GID#\(gid) cannot be paused now")
 
+        // A run of addUri calls is added in one batch; each still gets its own answer, in order.
+        let adds = try #require(try await rpc.call("system.multicall", [[
+            ["methodName": "aria2.addUri", "params": ["token:\(rpc.secret)", [url + "&b=1"], ["pause": "true", "dir": target]]],
+            ["methodName": "aria2.addUri", "params": ["token:\(rpc.secret)", ["ftp://127.0.0.1/no"], ["pause": "true"]]],
+            ["methodName": "aria2.addUri", "params": ["token:wrong", [url + "&b=2"], ["pause": "true"]]],
+            ["methodName": "aria2.addUri", "params": ["token:\(rpc.secret)", [url + "&b=3"], ["pause": "true", "dir": target]]],
+            ["methodName": "aria2.addUri", "params": ["token:\(rpc.secret)", [url + "&b=4"], ["pause": "true", "dir": target], 0]],
+        ]]) as? [Any])
+        let batchGIDs = [adds[0], adds[3], adds[4]].compactMap { ($0 as? [String])?.first }
+        #expect(batchGIDs.count == 3)
+        #expect(((adds[1] as? [String: Any])?["message"] as? String)?.contains("not an http or https URI") == true)
+        #expect((adds[2] as? [String: Any])?["message"] as? String == "Unauthorized")
+        let waitingNow = try #require(try await rpc.call("aria2.tellWaiting", [0, 10, ["gid"]]) as? [[String: String]])
+        #expect(waitingNow.map { $0["gid"]! } == [batchGIDs[2], gid, batchGIDs[0], batchGIDs[1]], "position 0 honoured")
+        for added in batchGIDs { #expect(try await rpc.call("aria2.remove", [added]) as? String == added) }
+        #expect(try await rpc.error("aria2.remove", [batchGIDs[0]]).message.contains("cannot be removed now"))
+        _ = try await rpc.call("aria2.purgeDownloadResult")
+
         // GET /jsonrpc?method&id&params=BASE64, and the JSONP form.
         let params = Data(try JSONSerialization.data(withJSONObject: ["token:\(rpc.secret)", gid, ["status"]])).base64EncodedString()
         let getURL = URL(string: "\(rpc.endpoint)?method=aria2.tellStatus&id=7&params=\(params.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)")!
