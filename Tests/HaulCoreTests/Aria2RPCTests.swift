@@ -7,7 +7,7 @@ import Testing
 @Suite("aria2 RPC rules")
 struct Aria2RPCTests {
     static func json(_ text: String) -> JSONValue {
-        try! JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+        try! JSONValue(parsing: Array(text.utf8))
     }
 
     static func object(_ bytes: [UInt8]) -> [String: Any] {
@@ -59,6 +59,20 @@ struct Aria2RPCTests {
             return
         }
         #expect(fault.fault.code == -32602)
+    }
+
+    @Test("Values read with their JSON types: booleans are not numbers, integers stay exact")
+    func values() throws {
+        let value = try JSONValue(parsing: Array(#"{"t":true,"f":false,"one":1,"zero":0,"neg":-7,"big":9007199254740993,"half":1.5,"whole":2.0,"s":"é\n","n":null,"a":[[],{}]}"#.utf8))
+        #expect(value["t"] == .bool(true) && value["f"] == .bool(false))
+        #expect(value["one"] == .integer(1) && value["zero"] == .integer(0) && value["neg"] == .integer(-7))
+        #expect(value["big"] == .integer(9_007_199_254_740_993))
+        #expect(value["half"] == .double(1.5) && value["whole"] == .double(2) && value["whole"]?.integerValue == 2)
+        #expect(value["s"] == .string("é\n") && value["n"] == .null)
+        #expect(value["a"] == .array([.array([]), .object([])]))
+        #expect(try JSONValue(parsing: Array("\"bare\"".utf8)) == .string("bare"))
+        #expect(throws: (any Error).self) { try JSONValue(parsing: [0xFF, 0xFE, 0x7B]) }
+        #expect(throws: (any Error).self) { try JSONValue(parsing: Array("{\"a\":}".utf8)) }
     }
 
     @Test("Deep nesting and huge numbers are refused or read, never a crash")

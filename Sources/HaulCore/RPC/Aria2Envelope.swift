@@ -56,7 +56,7 @@ public enum Aria2Envelope: Sendable, Hashable {
     public static func parse(_ bytes: some Collection<UInt8>) -> Aria2Envelope {
         let value: JSONValue
         do {
-            value = try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+            value = try JSONValue(parsing: bytes)
         } catch {
             return .single(.failure(Aria2FaultWithID(id: .null, fault: .parseError)))
         }

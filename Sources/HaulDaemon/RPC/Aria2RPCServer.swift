@@ -166,7 +166,7 @@ public final class Aria2RPCServer: Sendable {
             if let text = query["id"].map(String.init) { id = Self.jsonOrString(text) }
             var params: [JSONValue] = []
             if let encoded = query["params"].map(String.init), !encoded.isEmpty {
-                guard let data = Self.base64(encoded), case .array(let values) = (try? JSONDecoder().decode(JSONValue.self, from: data)) ?? .null else {
+                guard let data = Self.base64(encoded), case .array(let values) = (try? JSONValue(parsing: data)) ?? .null else {
                     return Self.response(Aria2Envelope.error(id: id, .invalidParams("params must be a base64-encoded JSON array")).bytes)
                 }
                 params = values
@@ -196,7 +196,7 @@ public final class Aria2RPCServer: Sendable {
 
     /// A query's `id`: JSON when it reads as JSON (`1`, `"x"`), else the text.
     private static func jsonOrString(_ text: String) -> JSONValue {
-        (try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))) ?? .string(text)
+        (try? JSONValue(parsing: Array(text.utf8))) ?? .string(text)
     }
 
     /// Standard or URL-safe base64, padding optional.

@@ -1,0 +1,140 @@
+import Foundation
+import HaulCore
+import Testing
+
+/// The JSON reader of the RPC, checked against Foundation's `JSONSerialization` on generated
+/// and mutated texts, and on the grammar's corners.
+@Suite("JSON reader")
+struct JSONValueTests {
+    /// `JSONSerialization`'s reading of `bytes` as a JSONValue (objects compared by member set).
+    static func foundation(_ bytes: [UInt8]) -> JSONValue? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed]) else { return nil }
+        return Self.convert(object)
+    }
+
+    static let booleanClass: AnyClass = type(of: NSNumber(value: true))
+
+    static func convert(_ object: Any) -> JSONValue {
+        switch object {
+        case let text as String: return .string(text)
+        case let number as NSNumber:
+            if type(of: number) == Self.booleanClass { return .bool(number.boolValue) }
+            let type = UInt8(bitPattern: number.objCType.pointee)
+            if type == UInt8(ascii: "d") || type == UInt8(ascii: "f") { return .double(number.doubleValue) }
+            if type == UInt8(ascii: "Q") { return number.uint64Value <= UInt64(Int64.max) ? .integer(number.int64Value) : .double(number.doubleValue) }
+            return .integer(number.int64Value)
+        case let array as [Any]: return .array(array.map(Self.convert))
+        case let dictionary as [String: Any]: return .object(dictionary.map { ($0.key, Self.convert($0.value)) }.sorted { $0.0 < $1.0 })
+        default: return .null
+        }
+    }
+
+    /// Objects with sorted members and repeated names collapsed to the last: what two readers
+    /// must agree on.
+    static func normalized(_ value: JSONValue) -> JSONValue {
+        switch value {
+        case .array(let values): return .array(values.map(Self.normalized))
+        case .object(let members):
+            var last: [String: JSONValue] = [:]
+            for (name, value) in members { last[name] = Self.normalized(value) }
+            return .object(last.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+        default: return value
+        }
+    }
+
+    /// The same value, allowing for Foundation reading large integers as doubles, less
+    /// precisely (Haul keeps them exact).
+    static func agree(_ a: JSONValue, _ b: JSONValue) -> Bool {
+        switch (Self.normalized(a), Self.normalized(b)) {
+        case (.integer(let x), .double(let y)), (.double(let y), .integer(let x)):
+            return abs(Double(x) - y) <= abs(y) * 1e-12
+        case (.double(let x), .double(let y)): return x == y || abs(x - y) <= abs(y) * 1e-12
+        case (.array(let x), .array(let y)): return x.count == y.count && zip(x, y).allSatisfy { Self.agree($0, $1) }
+        case (.object(let x), .object(let y)): return x.count == y.count && zip(x, y).allSatisfy { $0.0 == $1.0 && Self.agree($0.1, $1.1) }
+        case (let x, let y): return x == y
+        }
+    }
+
+    static func random(_ generator: inout some RandomNumberGenerator, depth: Int = 0) -> String {
+        let strings = ["\"\"", "\"a\"", "\"é日本🚀\"", "\"\\n\\t\\\"\\\\\\/\"", "\"\\u00e9\\ud83d\\ude80\"", "\"token:s3cret\"", "\"\\u0000\""]
+        let numbers = ["0", "-0", "1", "-7", "123456789", "9223372036854775807", "-9223372036854775808", "1.5", "-2.25e3", "1E2", "0.000001", "6.02e23"]
+        switch Int.random(in: 0..<(depth > 4 ? 4 : 7), using: &generator) {
+        case 0: return strings.randomElement(using: &generator)!
+        case 1: return numbers.randomElement(using: &generator)!
+        case 2: return ["true", "false"].randomElement(using: &generator)!
+        case 3: return "null"
+        case 4, 5:
+            let count = Int.random(in: 0...4, using: &generator)
+            let members = (0..<count).map { index in
+                "\"k\(index % 3)\" : " + Self.random(&generator, depth: depth + 1)
+            }
+            return "{" + members.joined(separator: ",") + "}"
+        default:
+            let count = Int.random(in: 0...4, using: &generator)
+            return " [ " + (0..<count).map { _ in Self.random(&generator, depth: depth + 1) }.joined(separator: " , ") + " ] "
+        }
+    }
+
+    @Test("Generated texts read as Foundation reads them")
+    func generated() throws {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2000 {
+            let text = Self.random(&generator)
+            let ours = try JSONValue(parsing: Array(text.utf8))
+            let theirs = try #require(Self.foundation(Array(text.utf8)), "\(text)")
+            #expect(Self.agree(ours, theirs), "\(text)")
+            // Written back and read again: the same value.
+            #expect(try JSONValue(parsing: ours.bytes) == ours, "\(text)")
+        }
+    }
+
+    @Test("Mutated texts: never a crash; nothing Foundation refuses is accepted, and what both accept reads the same")
+    func mutated() {
+        var generator = SystemRandomNumberGenerator()
+        let alphabet = Array("{}[]\",:\\ \t\n-+.0123456789eEtrufalsn\u{7f}".utf8) + [0x00, 0x1F, 0xC3, 0xA9, 0xFF, 0xED, 0xA0]
+        var disagreements: [String] = []
+        for _ in 0..<5000 {
+            var bytes = Array(Self.random(&generator).utf8)
+            for _ in 0..<Int.random(in: 1...3, using: &generator) {
+                let position = Int.random(in: 0...bytes.count, using: &generator)
+                switch Int.random(in: 0..<3, using: &generator) {
+                case 0 where position < bytes.count: bytes.remove(at: position)
+                case 1 where position < bytes.count: bytes[position] = alphabet.randomElement(using: &generator)!
+                default: bytes.insert(alphabet.randomElement(using: &generator)!, at: position)
+                }
+            }
+            let ours = try? JSONValue(parsing: bytes)
+            let theirs = Self.foundation(bytes)
+            // Foundation is more lenient (a trailing comma, text after a NUL byte, exponents out
+            // of range): Haul may refuse what it accepts, never the reverse.
+            if ours != nil, theirs == nil {
+                disagreements.append("\(String(decoding: bytes, as: UTF8.self)) ours: \(ours.map { "\($0)" } ?? "refused") foundation: \(theirs.map { "\($0)" } ?? "refused")")
+            } else if let ours, let theirs, !Self.agree(ours, theirs) {
+                disagreements.append("\(String(decoding: bytes, as: UTF8.self)): different values")
+            }
+        }
+        #expect(disagreements.isEmpty, "\(disagreements.prefix(5))")
+    }
+
+    @Test("The grammar's corners")
+    func corners() throws {
+        func reads(_ text: String) -> JSONValue? { try? JSONValue(parsing: Array(text.utf8)) }
+        #expect(reads("  7 ") == .integer(7))
+        #expect(reads("9223372036854775808") == .double(9_223_372_036_854_775_808))
+        #expect(reads("-0") == .integer(0))
+        #expect(reads("1e400") == nil && reads("-1e400") == nil, "out of a double's range")
+        #expect(reads("1e-400") == .double(0))
+        #expect(reads("[1]\u{0}") == nil)
+        for bad in ["", " ", "01", "1.", ".5", "+1", "1e", "--1", "tru", "nul", "[1,]", "{\"a\":1,}", "{'a':1}", "[1 2]", "\"a", "\"\\x\"",
+                    "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"\u{1}\"", "NaN", "[]]", "{\"a\" 1}", "{1:2}"] {
+            #expect(reads(bad) == nil, "\(bad)")
+        }
+        #expect(reads("\"\\ud83d\\ude80\"") == .string("🚀"))
+        #expect(reads("{\"a\":1,\"a\":2}")?["a"] == .integer(2), "the last of repeated members")
+        #expect((try? JSONValue(parsing: [0x22, 0xC3, 0x28, 0x22])) == nil, "invalid UTF-8")
+        let deep = String(repeating: "[", count: JSONValue.maximumDepth) + String(repeating: "]", count: JSONValue.maximumDepth)
+        #expect(reads(deep) != nil)
+        #expect(reads("[" + deep + "]") == nil)
+        #expect(reads(String(repeating: "{\"a\":", count: 100_000)) == nil)
+    }
+}
