@@ -88,8 +88,9 @@ public enum Aria2Status {
         let done = info.state == .complete ? max(total, info.bytesDone) : info.bytesDone
         let isActive = info.state == .active
         let speed = isActive ? Int64((info.speed ?? 0).rounded()) : 0
-        let pieces = Self.bitfield(done: done, total: total)
-        if pieces.pieces > 0 { member(0, "bitfield") { $0.append(string: pieces.hex) } }
+        let pieceCount = total > 0 ? (total + Self.pieceLength - 1) / Self.pieceLength : 0
+        // The hex is written only when asked for (lists often ask for gid and status alone).
+        if pieceCount > 0, keys?.contains(0) ?? true { member(0, "bitfield") { $0.append(string: Self.bitfield(done: done, total: total).hex) } }
         member(1, "completedLength", number(done))
         member(2, "connections", number(isActive ? 1 : 0))
         member(3, "dir") { $0.append(string: info.directory) }
@@ -108,7 +109,7 @@ public enum Aria2Status {
             writer.append(UInt8(ascii: "]"))
         }
         member(8, "gid") { $0.append(string: info.gid) }
-        member(9, "numPieces", number(pieces.pieces))
+        member(9, "numPieces", number(pieceCount))
         member(10, "pieceLength", number(Self.pieceLength))
         member(11, "status") { $0.append(string: Self.status(info.state)) }
         member(12, "totalLength", number(total))
