@@ -6,10 +6,17 @@ import Haul
 //   haul-background-demo start IDENTIFIER [--launch-dir DIR] URL...
 //   haul-background-demo collect IDENTIFIER DIR
 //
+//   haul-background-demo start IDENTIFIER --relaunch URL...
+//   haul-background-demo                      (as hauld launches it: HAUL_SESSION_IDENTIFIER set)
+//
 // `start` returns as soon as every task is durable in hauld. `collect` attaches to the same
 // session, moves each finished file into DIR, prints one line per event, and exits after
 // urlSessionDidFinishEvents once no task is left running. With --launch-dir, hauld itself runs
-// `collect` into DIR when results are waiting and no client is attached.
+// `collect` into DIR when results are waiting and no client is attached (an explicit launch
+// command). With --relaunch, hauld launches the program the library's default way: the
+// executable with no arguments and the identifier in HAUL_SESSION_IDENTIFIER; run like that it
+// collects into $HAUL_DEMO_COLLECT_DIR (default ./haul-demo-IDENTIFIER) and notes each launch
+// in launches.log there.
 
 final class Collector: TransferSessionDownloadDelegate, @unchecked Sendable {
     let directory: URL
@@ -74,9 +81,23 @@ final class Collector: TransferSessionDownloadDelegate, @unchecked Sendable {
     }
 }
 
-let arguments = Array(CommandLine.arguments.dropFirst())
+var arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.isEmpty, let launched = ProcessInfo.processInfo.environment["HAUL_SESSION_IDENTIFIER"] {
+    // Launched by hauld for waiting results: collect them, nothing else.
+    let environment = ProcessInfo.processInfo.environment
+    let directory = environment["HAUL_DEMO_COLLECT_DIR"] ?? FileManager.default.currentDirectoryPath + "/haul-demo-\(launched)"
+    try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let log = directory + "/launches.log"
+    if !FileManager.default.fileExists(atPath: log) { FileManager.default.createFile(atPath: log, contents: nil) }
+    if let handle = FileHandle(forWritingAtPath: log) {
+        handle.seekToEndOfFile()
+        handle.write(Data("launched \(environment["HAUL_LAUNCH_REASON"] ?? "?")\n".utf8))
+        try? handle.close()
+    }
+    arguments = ["collect", launched, directory]
+}
 guard arguments.count >= 2 else {
-    FileHandle.standardError.write(Data("usage: haul-background-demo start ID [--launch-dir DIR] URL... | collect ID DIR\n".utf8))
+    FileHandle.standardError.write(Data("usage: haul-background-demo start ID [--launch-dir DIR | --relaunch] URL... | collect ID DIR\n".utf8))
     exit(2)
 }
 let identifier = arguments[1]
@@ -90,6 +111,10 @@ case "start":
         let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
         configuration.launchCommand = [executable, "collect", identifier, rest[1]]
         rest.removeFirst(2)
+    } else if rest.first == "--relaunch" {
+        // The library's default launch: this executable, no arguments.
+        configuration.sessionSendsLaunchEvents = true
+        rest.removeFirst()
     }
     let collector = Collector(directory: FileManager.default.temporaryDirectory)
     let session = TransferSession(configuration: configuration, delegate: collector, delegateQueue: nil)

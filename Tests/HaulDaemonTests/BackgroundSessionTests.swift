@@ -7,7 +7,7 @@ import Testing
 /// Runs `haul-background-demo` (a real client program using the Haul library) against a
 /// private hauld, which the library starts by itself.
 struct DemoClient {
-    let environment: [String: String]
+    var environment: [String: String]
 
     init(daemon: DaemonProcess) {
         var environment = ProcessInfo.processInfo.environment
@@ -93,6 +93,39 @@ struct BackgroundSessionTests {
             let name = try FileManager.default.contentsOfDirectory(atPath: output.path).first { $0.hasSuffix("wake.bin") }!
             #expect(try TestContent.sha256Hex(ofFileAt: output.appendingPathComponent(name).path) == TestContent.sha256Hex(size: 500_000, seed: 3))
         }
+        await Self.stopDaemon(daemon)
+        try await server.shutdown()
+    }
+
+    @Test("The default launch runs the executable without its arguments: results delivered once, no work created again")
+    func defaultLaunchNeverRepeatsWork() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        var client = DemoClient(daemon: daemon)
+        let output = try makeTemporaryDirectory()
+        // hauld inherits this from the demo that starts it, and the launched demo from hauld.
+        client.environment["HAUL_DEMO_COLLECT_DIR"] = output.path
+        let url = server.url("/file/relaunch.bin?size=400000&seed=8&rate=2000000").absoluteString
+        let start = try await client.run(["start", "relaunched", "--relaunch", url])
+        #expect(start.status == 0 && start.lines.filter { $0.hasPrefix("created") }.count == 1, "\(start.lines)")
+        let arrived = await waitUntil(timeout: .seconds(30)) {
+            ((try? FileManager.default.contentsOfDirectory(atPath: output.path)) ?? []).contains { $0.hasSuffix("relaunch.bin") }
+        }
+        #expect(arrived, "the launched program collected the file")
+        // Past the launch interval: nothing more is launched, downloaded or created.
+        try await Task.sleep(for: .seconds(12))
+        let files = ((try? FileManager.default.contentsOfDirectory(atPath: output.path)) ?? []).filter { $0.hasSuffix("relaunch.bin") }
+        #expect(files.count == 1, "\(files)")
+        if let name = files.first {
+            #expect(try TestContent.sha256Hex(ofFileAt: output.appendingPathComponent(name).path) == TestContent.sha256Hex(size: 400_000, seed: 8))
+        }
+        #expect(server.requestCount(forKey: "relaunch.bin") == 1, "the file was fetched once, not again per launch")
+        let launches = (try? String(contentsOf: output.appendingPathComponent("launches.log"), encoding: .utf8)) ?? ""
+        #expect(launches == "launched background-events\n", "launched once, without the creating arguments: \(launches)")
+        let socket = try DaemonTestClient(socketPath: daemon.socketPath)
+        let tasks = try await socket.request(DaemonRequest(.listTasks(.init(session: "relaunched"))))
+        #expect((tasks.tasks ?? []).isEmpty, "no task was created again: \(tasks.tasks ?? [])")
+        socket.close()
         await Self.stopDaemon(daemon)
         try await server.shutdown()
     }

@@ -156,7 +156,9 @@ public final class TransferSession: Sendable {
         let identifier = snapshot.identifier ?? ""
         var launchCommand: [String]? = nil
         if snapshot.sessionSendsLaunchEvents {
-            launchCommand = snapshot.launchCommand ?? ([URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path] + CommandLine.arguments.dropFirst())
+            // By default the executable alone: replaying the arguments that created the work
+            // (`tool start URL…`) would create it again on every launch.
+            launchCommand = snapshot.launchCommand ?? [URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path]
         }
         let link = BackgroundSessionLink(session: self, identifier: identifier, launchCommand: launchCommand)
         self.backgroundLinkStorage.withLock { $0 = link }

@@ -84,8 +84,12 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     /// session are waiting and no client is connected — the Linux form of waking the app.
     /// Default `true`, as on Apple's platforms.
     public var sessionSendsLaunchEvents: Bool = true
-    /// What `hauld` runs to launch the client; `nil` means the current executable with its
-    /// arguments. The identifier is in the environment as `HAUL_SESSION_IDENTIFIER`.
+    /// What `hauld` runs to launch the client; `nil` means the current executable **without
+    /// arguments** — never the command line that created the session, which would create its
+    /// work again on every launch. The launched program finds the session's identifier in
+    /// `HAUL_SESSION_IDENTIFIER` (and `HAUL_LAUNCH_REASON=background-events`): it creates a
+    /// session with that identifier and a delegate, as an app woken by `nsurlsessiond` does,
+    /// and receives what is waiting.
     public var launchCommand: [String]?
 
     /// The cookie store: ``TransferCookieStorage/shared`` (on disk) for `.default`, a private

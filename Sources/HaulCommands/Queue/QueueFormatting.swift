@@ -62,6 +62,7 @@ enum QueueFormatting {
     static func details(_ download: QueuedDownloadInfo) -> String {
         var lines: [(String, String)] = [
             ("id", "\(download.id)"),
+            ("gid", download.gid),
             ("state", download.state.rawValue),
             ("url", download.urls.first?.absoluteString ?? ""),
         ]
@@ -74,6 +75,8 @@ enum QueueFormatting {
         if let speed = download.speed { lines.append(("speed", ByteCountFormatting.rate(bytesPerSecond: speed))) }
         if let eta = download.secondsRemaining { lines.append(("eta", ByteCountFormatting.duration(seconds: eta))) }
         if let checksum = download.checksum { lines.append(("checksum", checksum)) }
+        for header in download.requestHeaders ?? [] { lines.append(("header", header)) }
+        for (name, value) in (download.options ?? [:]).sorted(by: { $0.key < $1.key }) { lines.append(("option", "\(name)=\(value)")) }
         if let limit = download.speedLimit { lines.append(("speed limit", ByteCountFormatting.rate(bytesPerSecond: Double(limit)))) }
         lines.append(("priority", "\(download.priority)"))
         lines.append(("added", self.time(download.createdAt)))

@@ -208,6 +208,7 @@ extension TransferDaemon {
         process.arguments = Array(command.dropFirst())
         var environment = ProcessInfo.processInfo.environment
         environment["HAUL_SESSION_IDENTIFIER"] = session
+        environment["HAUL_LAUNCH_REASON"] = "background-events"
         process.environment = environment
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice

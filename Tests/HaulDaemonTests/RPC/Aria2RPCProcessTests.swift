@@ -467,9 +467,13 @@ struct Aria2RPCProcessTests {
         let cliGID = try #require(listed.first?.gid)
         let status = try await rpc.status(cliGID, keys: ["gid", "status", "dir"])
         #expect(status as? [String: String] == ["gid": cliGID, "status": "paused", "dir": target])
-        let rpcGID = try #require(try await rpc.call("aria2.addUri", [[server.url("/file/rpc2.bin?size=1000&seed=5").absoluteString], ["pause": "true", "dir": target]]) as? String)
+        let rpcGID = try #require(try await rpc.call("aria2.addUri", [
+            [server.url("/file/rpc2.bin?size=1000&seed=5").absoluteString], ["pause": "true", "dir": target, "split": "4", "header": ["X-From: rpc"]],
+        ]) as? String)
         let both = try await cli.list()
         #expect(both.map(\.gid) == [cliGID, rpcGID])
+        let shown = try await cli.run(["show", "\(both[1].id)"]).standardOutput
+        #expect(shown.contains(rpcGID) && shown.contains("X-From: rpc") && shown.contains("split=4"), "\(shown)")
         // `haul resume` through the socket is seen by the RPC.
         #expect(try await cli.run(["resume", "\(both[1].id)"]).status == 0)
         _ = try await rpc.wait(rpcGID, for: "complete")
