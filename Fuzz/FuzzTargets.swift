@@ -40,7 +40,7 @@ enum FuzzTarget: String, CaseIterable {
             let suggested = FileNaming.suggestedFilename(contentDisposition: text, url: URL(string: "http://127.0.0.1/a/b.bin")!)
             Self.checkPlainName(suggested, input: text)
         case .setCookie:
-            if let cookie = Cookie.parse(setCookie: text, from: URL(string: "https://www.example.test/dir/page")!, now: Date(timeIntervalSince1970: 1_700_000_000)) {
+            if let cookie = CookieRules.parse(setCookie: text, from: URL(string: "https://www.example.test/dir/page")!, now: Date(timeIntervalSince1970: 1_700_000_000)) {
                 precondition(!cookie.name.contains(";") && !cookie.domain.isEmpty, "a cookie that could not have been parsed: \(text)")
                 _ = cookie.matches(URL(string: "https://www.example.test/dir/x")!)
             }

@@ -51,7 +51,7 @@ private struct ChallengeScanner {
             result.append(self.scalars[self.index])
             self.index += 1
         }
-        self.index += 1  // closing quote
+        if self.index < self.scalars.count { self.index += 1 }  // the closing quote, when there is one
         return String(result)
     }
 

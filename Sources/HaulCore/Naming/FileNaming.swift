@@ -46,9 +46,12 @@ public enum FileNaming {
                 lastComponent.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }
             )
         )
-        cleaned = cleaned.trimmingCharacters(in: .whitespaces)
-        while cleaned.hasPrefix(".") { cleaned.removeFirst() }
-        cleaned = cleaned.trimmingCharacters(in: .whitespaces)
+        // Spaces and dots in turn until neither leads: ". .." must not come out as "..".
+        while true {
+            cleaned = cleaned.trimmingCharacters(in: .whitespaces)
+            guard cleaned.hasPrefix(".") else { break }
+            while cleaned.hasPrefix(".") { cleaned.removeFirst() }
+        }
         guard !cleaned.isEmpty else { return nil }
         return truncate(cleaned, toBytes: maximumNameBytes)
     }

@@ -1,0 +1,34 @@
+import Foundation
+import HaulCore
+import Testing
+
+/// Inputs libFuzzer found (scripts/fuzz), kept as regression tests; each is also in the
+/// target's seed corpus (Fuzz/corpus).
+@Suite("Parser regressions found by fuzzing")
+struct FuzzRegressionTests {
+    static func text(_ base64: String) -> String { String(decoding: Data(base64Encoded: base64)!, as: UTF8.self) }
+
+    @Test("WWW-Authenticate with an unterminated quoted value: no crash, the parameters before it kept")
+    func unterminatedQuote() {
+        // Found by the www-authenticate target: an index past the end after the missing quote.
+        let header = Self.text("RGlnZXN0IHJlYWxtPSJ0ZXN0IiwgcW9wPSJhdXRoLGF1dGgtaW50IiwgYWxnb3JpdGhtPVNIQS0yNTYsIG5vbmNlPSI3eXBmL3hsajlYWHdmRFBFb000VVJyb3RpYXRl")
+        let challenges = AuthenticationChallenge.parse([header])
+        #expect(challenges.first?.scheme == "Digest")
+        #expect(challenges.first?.parameters["realm"] == "test")
+        #expect(AuthenticationChallenge.parse(["Basic realm=\""]).first?.parameters["realm"] == "")
+        #expect(AuthenticationChallenge.parse(["Basic realm=\"a\\"]).count == 1)
+    }
+
+    @Test("Content-Disposition names that reduce to dots: never '..', never hidden")
+    func dottedNames() {
+        // Found by the content-disposition target: ". .." came out as "..".
+        let header = Self.text("Um5saTtpOyBmaWxlbmFtZT0iLi5+bmFtLy4gLi5sZW5hbWU9Ii4ufm5hbS8uLi8=")
+        let url = URL(string: "http://127.0.0.1/a/b.bin")!
+        for value in [header, "attachment; filename=\". ..\"", "attachment; filename=\" . . .x\"", "attachment; filename=\"a/. .\""] {
+            let name = FileNaming.suggestedFilename(contentDisposition: value, url: url)
+            #expect(!name.hasPrefix(".") && !name.contains("/") && !name.isEmpty, "\(value) → \(name)")
+        }
+        #expect(FileNaming.sanitize(". ..") == nil)
+        #expect(FileNaming.sanitize(" . .x") == "x")
+    }
+}
