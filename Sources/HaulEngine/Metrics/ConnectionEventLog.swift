@@ -34,6 +34,16 @@ package final class ConnectionEventLog: Sendable {
         self.state.withLock { $0.connections[id] }
     }
 
+    /// The first connection opened within `start...end`, if any.
+    package func connectionOpened(from start: Date, to end: Date) -> Times? {
+        self.state.withLock { state in
+            for id in state.order {
+                if let times = state.connections[id], times.opened >= start, times.opened <= end { return times }
+            }
+            return nil
+        }
+    }
+
     private func record(_ message: String, connection id: String, at date: Date) {
         self.state.withLock { state in
             switch message {

@@ -12,6 +12,17 @@ extension TransferRun {
             record.connectStart = times.opened
             record.connectEnd = times.established
             record.isReusedConnection = false
+        } else if probe.connection == nil, record.networkProtocolName == "h2" {
+            // AsyncHTTPClient names no connection for an HTTP/2 stream: a connection opened
+            // while this exchange waited for its answer was opened for it; otherwise the stream
+            // went on a connection that was already open.
+            if let times = connectionLog.connectionOpened(from: record.fetchStart, to: record.responseStart ?? Date()) {
+                record.connectStart = times.opened
+                record.connectEnd = times.established
+                record.isReusedConnection = false
+            } else {
+                record.isReusedConnection = true
+            }
         } else {
             record.isReusedConnection = probe.connection != nil
         }
