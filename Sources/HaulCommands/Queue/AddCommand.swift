@@ -62,11 +62,7 @@ struct AddCommand: ParsableCommand {
     }
 
     static func httpURL(_ text: String) throws -> URL {
-        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
-            url.host?.isEmpty == false
-        else {
-            throw ValidationError("not an http or https URL: '\(text)'")
-        }
+        guard let url = URL.http(text) else { throw ValidationError("not an http or https URL: '\(text)'") }
         return url
     }
 

@@ -134,9 +134,7 @@ public enum Aria2Options {
         guard !uris.isEmpty else { throw Aria2Fault("addUri needs at least one URI") }
         var urls: [URL] = []
         for text in uris {
-            guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
-                url.host?.isEmpty == false
-            else { throw Aria2Fault("not an http or https URI: \(text)") }
+            guard let url = URL.http(text) else { throw Aria2Fault("not an http or https URI: \(text)") }
             urls.append(url)
         }
         var download = NewDownload(urls: urls)

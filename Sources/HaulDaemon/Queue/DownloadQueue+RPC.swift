@@ -102,9 +102,7 @@ extension DownloadQueue {
     public func changeURIs(id: Int64, delete: [String], add: [String], position: Int?) async throws -> (deleted: Int, added: Int) {
         var newURLs: [URL] = []
         for text in add {
-            guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
-                url.host?.isEmpty == false
-            else { throw Aria2Fault("not an http or https URI: \(text)") }
+            guard let url = URL.http(text) else { throw Aria2Fault("not an http or https URI: \(text)") }
             newURLs.append(url)
         }
         let added = newURLs

@@ -281,7 +281,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
     private static func validated(_ request: NewDownload, directory: String) throws -> StoredDownload {
         guard !request.urls.isEmpty else { throw DaemonError("add needs at least one URL") }
         for url in request.urls {
-            guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+            guard url.isHTTPWithHost else {
                 throw DaemonError("not an http or https URL: \(url.absoluteString)")
             }
         }
@@ -482,7 +482,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// Its bytes are kept; the next request sends `If-Range` with the validators on record, so
     /// they are reused when the entity is the same and fetched again when it is not.
     public func setURL(id: Int64, url: URL) async throws -> QueuedDownloadInfo {
-        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+        guard url.isHTTPWithHost else {
             throw DaemonError("not an http or https URL: \(url.absoluteString)")
         }
         return try await self.onWork {

@@ -164,7 +164,7 @@ public final class TransferDaemon: TransferOwner, Sendable {
     }
 
     private static func requireHTTP(_ url: URL) throws {
-        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+        guard url.isHTTPWithHost else {
             throw DaemonError("background sessions transfer only http and https URLs, not \(url.absoluteString)")
         }
     }

@@ -160,7 +160,7 @@ public final class WebUIServer: Sendable {
                     limit = parsed
                 }
                 for url in urls {
-                    guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+                    guard url.isHTTPWithHost else {
                         throw DaemonError("not an http or https URL: \(url.absoluteString)")
                     }
                 }
