@@ -32,3 +32,40 @@ struct FuzzRegressionTests {
         #expect(FileNaming.sanitize(" . .x") == "x")
     }
 }
+
+/// The hand-written IMF-fixdate reader and writer agree with `DateFormatter` (what they
+/// replaced on the hot path), and the obsolete forms still parse.
+@Suite("HTTP dates")
+struct HTTPDateTests {
+    static let reference: DateFormatter = {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter
+    }()
+
+    @Test("Formatting and parsing agree with DateFormatter across 1970–2099")
+    func agreesWithDateFormatter() {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2000 {
+            let date = Date(timeIntervalSince1970: TimeInterval(Int64.random(in: 0..<4_102_444_800, using: &generator)))
+            let ours = HTTPDate.format(date)
+            #expect(ours == Self.reference.string(from: date))
+            #expect(HTTPDate.parse(ours) == date, "\(ours)")
+        }
+    }
+
+    @Test("The RFC's three forms; impossible dates refused")
+    func forms() {
+        let expected = Date(timeIntervalSince1970: 784_111_777)
+        #expect(HTTPDate.parse("Sun, 06 Nov 1994 08:49:37 GMT") == expected)
+        #expect(HTTPDate.parse("  Sun, 06 Nov 1994 08:49:37 GMT ") == expected)
+        #expect(HTTPDate.parse("Sunday, 06-Nov-94 08:49:37 GMT") == expected)
+        #expect(HTTPDate.parse("Sun Nov  6 08:49:37 1994") == expected)
+        #expect(HTTPDate.parse("Sun, 31 Feb 1994 08:49:37 GMT") == nil)
+        #expect(HTTPDate.parse("Sun, 06 Nox 1994 08:49:37 GMT") == nil)
+        #expect(HTTPDate.parse("Sun, 06 Nov 1994 25:49:37 GMT") == nil)
+        #expect(HTTPDate.parse("0") == nil && HTTPDate.parse("") == nil)
+    }
+}

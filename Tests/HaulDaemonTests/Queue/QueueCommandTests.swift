@@ -86,7 +86,12 @@ struct QueueCommandTests {
         try await Task.sleep(for: .milliseconds(500))
         await daemon.kill9()
         try await daemon.start()
-        let waited = try await waiting
+        var waited = try await waiting
+        if waited.status != 0, waited.standardError.contains("hauld is not running") {
+            // On a loaded machine `haul wait` may start only after the kill, find no daemon and
+            // say so (as it should); the restart is then followed by a wait started after it.
+            waited = try await cli.run(["wait"])
+        }
         #expect(waited.status == 0, "\(waited.standardOutput) \(waited.standardError)")
         // When `haul wait` had connected before the kill it must have followed the restart (on a
         // slow machine it may connect only afterwards, so the message is not required).
