@@ -317,7 +317,7 @@ public final class TransferSession: Sendable {
         }
     }
 
-    private func unsupportedInBackground(_ what: String) -> URLError {
+    func unsupportedInBackground(_ what: String) -> URLError {
         URLError(.unsupportedURL, userInfo: [NSLocalizedDescriptionKey: "\(what) are not available in background sessions"])
     }
 
@@ -627,7 +627,7 @@ public final class TransferSession: Sendable {
         if invalidateNow { self.invalidate() }
     }
 
-    private func register<T: TransferSessionTask>(_ make: (Int) -> T) -> T {
+    func register<T: TransferSessionTask>(_ make: (Int) -> T) -> T {
         self.state.withLock { state in
             let task = make(state.nextIdentifier)
             state.nextIdentifier += 1
