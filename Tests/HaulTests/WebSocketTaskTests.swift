@@ -162,6 +162,25 @@ struct WebSocketTaskTests {
         try await server.shutdown()
     }
 
+    @Test("ws: and wss: through the configured proxy: a CONNECT tunnel to the named host")
+    func throughProxy() async throws {
+        let server = try await LoopbackWebSocketServer.start()
+        let proxy = try await LoopbackTunnelProxy.start(originPort: server.port)
+        let configuration = TransferSessionConfiguration.ephemeral
+        configuration.connectionProxyDictionary = ["HTTPEnable": 1, "HTTPProxy": "127.0.0.1", "HTTPPort": proxy.port]
+        let session = TransferSession(configuration: configuration)
+        // A host only the proxy can reach (the client never resolves it).
+        let task = session.webSocketTask(with: URL(string: "ws://origin.haul.test/tunnel")!)
+        task.resume()
+        try await task.send(.string("through the proxy"))
+        #expect(describe(try await task.receive()) == describe(.string("through the proxy")))
+        #expect(proxy.connectTargets == ["origin.haul.test:80"])
+        task.cancel(with: .normalClosure, reason: nil)
+        session.finishTasksAndInvalidate()
+        try await proxy.shutdown()
+        try await server.shutdown()
+    }
+
     @Test("wss: trusted through the configuration's extra roots, refused without them; a refused upgrade; bad URLs")
     func tlsAndRefusals() async throws {
         let certificates = try TestCertificates()

@@ -11,7 +11,8 @@ import Synchronization
 /// A WebSocket connection, as `URLSessionWebSocketTask`: `resume()` connects and upgrades,
 /// then messages go out with `send` and come in with `receive`, in order; `sendPing` gets
 /// its pong; `cancel(with:reason:)` closes with a code. `wss:` follows the session's TLS trust
-/// rules (extra roots, the delegate's server-trust challenge). Built on SwiftNIO's WebSocket
+/// rules (extra roots, the delegate's server-trust challenge) and both go through the session's
+/// proxy as http and https requests do (a CONNECT tunnel). Built on SwiftNIO's WebSocket
 /// support (``WebSocketConnection``).
 ///
 /// The delegate hears `didOpenWithProtocol` once when the upgrade succeeds, `didCloseWith`
@@ -206,6 +207,10 @@ public final class TransferSessionWebSocketTask: TransferSessionTask, @unchecked
             }
         }
         let checkedVerify = UncheckedSendable(verify)
+        // The proxy of the equivalent http(s) URL, as for HTTP requests (CONNECT tunnel).
+        var equivalent = URLComponents(url: url, resolvingAgainstBaseURL: false)
+        equivalent?.scheme = url.scheme?.lowercased() == "wss" ? "https" : "http"
+        let proxy = equivalent?.url.flatMap { engine.configuration.proxies.proxy(for: $0) }
         self.inner.withLock { if $0.taskStart == nil { $0.taskStart = Date() } }
         let opening = Task<WebSocketConnection.Opened, any Error> {
             try await WebSocketConnection.connect(
@@ -215,6 +220,7 @@ public final class TransferSessionWebSocketTask: TransferSessionTask, @unchecked
                 maximumMessageSize: maximumMessageSize,
                 tls: tls,
                 verify: checkedVerify.value,
+                proxy: proxy,
                 connectTimeout: connectTimeout,
                 eventLoop: engine.eventLoop
             )

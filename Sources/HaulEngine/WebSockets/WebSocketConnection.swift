@@ -44,6 +44,7 @@ package final class WebSocketConnection: Sendable {
         maximumMessageSize: Int,
         tls: TLSConfiguration,
         verify: NIOSSLCustomVerificationCallback?,
+        proxy: ProxySettings.Server? = nil,
         connectTimeout: TimeAmount,
         eventLoop: any EventLoop
     ) async throws(URLError) -> Opened {
@@ -60,6 +61,9 @@ package final class WebSocketConnection: Sendable {
         do { sslContext = secure ? try NIOSSLContext(configuration: tls) : nil } catch {
             throw URLError(.secureConnectionFailed, userInfo: [NSLocalizedDescriptionKey: "\(error)"])
         }
+        // Through a proxy: a CONNECT tunnel first (as AsyncHTTPClient does for every proxied
+        // request), then TLS and the upgrade inside it.
+        let tunnel = eventLoop.makePromise(of: Void.self)
         let channel: any Channel
         do {
             channel = try await ClientBootstrap(group: eventLoop)
@@ -67,44 +71,53 @@ package final class WebSocketConnection: Sendable {
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        let pipeline = channel.pipeline.syncOperations
-                        if let sslContext {
-                            let serverHostname = host.first?.isNumber == true || host.contains(":") ? nil : host
-                            let tlsHandler = try verify.map {
-                                try NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname, customVerificationCallback: $0)
-                            } ?? NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname)
-                            try pipeline.addHandler(tlsHandler)
+                        if let proxy {
+                            try channel.pipeline.syncOperations.addHandler(ConnectTunnelHandler(target: "\(host):\(port)", proxy: proxy, promise: tunnel))
+                        } else {
+                            tunnel.succeed(())
                         }
-                        let upgrader = NIOWebSocketClientUpgrader(
-                            maxFrameSize: max(1 << 14, min(maximumMessageSize, Int(UInt32.max))),
-                            automaticErrorHandling: true
-                        ) { channel, response in
-                            channel.eventLoop.makeCompletedFuture {
-                                // The refusal catcher sits after the upgrade's handlers: it goes.
-                                _ = channel.pipeline.syncOperations.removeHandler(name: "upgrade-refusal")
-                                try channel.pipeline.syncOperations.addHandler(NIOWebSocketFrameAggregator(
-                                    minNonFinalFragmentSize: 0,
-                                    maxAccumulatedFrameCount: 1 << 16,
-                                    maxAccumulatedFrameSize: maximumMessageSize
-                                ))
-                                try channel.pipeline.syncOperations.addHandler(handler)
-                                // Open on the next turn of the loop: the upgrade handler (an
-                                // HTTP handler for writes) removes itself once this returns, and
-                                // a frame written before would reach it.
-                                channel.eventLoop.execute { upgraded.succeed(response) }
-                            }
-                        }
-                        try pipeline.addHTTPClientHandlers(
-                            leftOverBytesStrategy: .forwardBytes,
-                            withClientUpgrade: (upgraders: [upgrader], completionHandler: { _ in })
-                        )
-                        try pipeline.addHandler(UpgradeRefusalHandler(promise: upgraded), name: "upgrade-refusal")
                     }
                 }
-                .connect(host: host, port: port)
+                .connect(host: proxy?.host ?? host, port: proxy?.port ?? port)
                 .get()
+            try await tunnel.futureResult.get()
+            try await channel.eventLoop.submit {
+                let pipeline = channel.pipeline.syncOperations
+                if let sslContext {
+                    let serverHostname = host.first?.isNumber == true || host.contains(":") ? nil : host
+                    let tlsHandler = try verify.map {
+                        try NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname, customVerificationCallback: $0)
+                    } ?? NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname)
+                    try pipeline.addHandler(tlsHandler)
+                }
+                let upgrader = NIOWebSocketClientUpgrader(
+                    maxFrameSize: max(1 << 14, min(maximumMessageSize, Int(UInt32.max))),
+                    automaticErrorHandling: true
+                ) { channel, response in
+                    channel.eventLoop.makeCompletedFuture {
+                        // The refusal catcher sits after the upgrade's handlers: it goes.
+                        _ = channel.pipeline.syncOperations.removeHandler(name: "upgrade-refusal")
+                        try channel.pipeline.syncOperations.addHandler(NIOWebSocketFrameAggregator(
+                            minNonFinalFragmentSize: 0,
+                            maxAccumulatedFrameCount: 1 << 16,
+                            maxAccumulatedFrameSize: maximumMessageSize
+                        ))
+                        try channel.pipeline.syncOperations.addHandler(handler)
+                        // Open on the next turn of the loop: the upgrade handler (an HTTP handler
+                        // for writes) removes itself once this returns, and a frame written
+                        // before would reach it.
+                        channel.eventLoop.execute { upgraded.succeed(response) }
+                    }
+                }
+                try pipeline.addHTTPClientHandlers(
+                    leftOverBytesStrategy: .forwardBytes,
+                    withClientUpgrade: (upgraders: [upgrader], completionHandler: { _ in })
+                )
+                try pipeline.addHandler(UpgradeRefusalHandler(promise: upgraded), name: "upgrade-refusal")
+            }.get()
         } catch {
             upgraded.fail(error)
+            tunnel.fail(error)
             throw Self.urlError(error, url: url)
         }
         var head = HTTPRequestHead(version: .http1_1, method: .GET, uri: path)
@@ -199,6 +212,64 @@ package final class WebSocketConnection: Sendable {
             return URLError(.dataLengthExceedsMaximum, userInfo: userInfo)
         default: return URLError(.networkConnectionLost, userInfo: userInfo)
         }
+    }
+}
+
+/// Opens a CONNECT tunnel through an HTTP proxy: sends the request when the connection is up,
+/// reads the proxy's answer, and leaves the pipeline on `200` (anything else fails).
+private final class ConnectTunnelHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    let target: String
+    let proxy: ProxySettings.Server
+    let promise: EventLoopPromise<Void>
+    private var answer: [UInt8] = []
+
+    init(target: String, proxy: ProxySettings.Server, promise: EventLoopPromise<Void>) {
+        self.target = target
+        self.proxy = proxy
+        self.promise = promise
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        var request = "CONNECT \(self.target) HTTP/1.1\r\nHost: \(self.target)\r\n"
+        if let user = self.proxy.username {
+            let credentials = Data("\(user):\(self.proxy.password ?? "")".utf8).base64EncodedString()
+            request += "Proxy-Authorization: Basic \(credentials)\r\n"
+        }
+        request += "\r\n"
+        context.writeAndFlush(self.wrapOutboundOut(context.channel.allocator.buffer(string: request)), promise: nil)
+        context.fireChannelActive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var buffer = self.unwrapInboundIn(data)
+        self.answer += buffer.readBytes(length: buffer.readableBytes) ?? []
+        guard let end = self.answer.firstRange(of: Array("\r\n\r\n".utf8)) else {
+            if self.answer.count > 16_384 { self.fail(context, "the proxy's answer to CONNECT is too long") }
+            return
+        }
+        let head = String(decoding: self.answer[..<end.lowerBound], as: UTF8.self)
+        let status = head.split(separator: " ", maxSplits: 2).dropFirst().first.flatMap { Int($0) }
+        guard status == 200 else {
+            let code: URLError.Code = status == 407 ? .userAuthenticationRequired : .cannotConnectToHost
+            self.promise.fail(URLError(code, userInfo: [NSLocalizedDescriptionKey: "the proxy refused the tunnel: \(head.split(separator: "\r\n").first ?? "")"]))
+            context.close(promise: nil)
+            return
+        }
+        context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+        self.promise.succeed(())
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.promise.fail(URLError(.cannotConnectToHost, userInfo: [NSLocalizedDescriptionKey: "the proxy closed the connection"]))
+        context.fireChannelInactive()
+    }
+
+    private func fail(_ context: ChannelHandlerContext, _ message: String) {
+        self.promise.fail(URLError(.cannotConnectToHost, userInfo: [NSLocalizedDescriptionKey: message]))
+        context.close(promise: nil)
     }
 }
 
