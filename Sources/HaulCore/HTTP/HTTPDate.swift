@@ -30,6 +30,9 @@ public enum HTTPDate {
     public static func parse(_ text: String) -> Date? {
         let trimmed = text.trimmingASCIIWhitespace()
         if let date = Self.parseIMFFixdate(Array(trimmed.utf8)) { return date }
+        // An HTTP date is short printable ASCII. Anything else never reaches DateFormatter, which
+        // traps on some non-ASCII input (found by fuzzing: "Incorrect range CFRange").
+        guard trimmed.utf8.count <= 64, trimmed.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else { return nil }
         return Self.formatters.withLock { formatters in
             for formatter in formatters {
                 if let date = formatter.date(from: trimmed) { return date }
