@@ -135,16 +135,7 @@ public final class TransferSessionStreamTask: TransferSessionTask, @unchecked Se
         let port = self.port
         self.enqueue(onReads: false) { connection in
             let configuration = engine.configuration.tls.clientConfiguration()
-            var verify: NIOSSLCustomVerificationCallback?
-            if let gate = engine.trustGate {
-                verify = { chain, promise in
-                    let boxed = UncheckedSendable(chain)
-                    Task {
-                        let trusted = await gate.judge(host: host, port: port, chain: boxed.value)
-                        promise.succeed(trusted ? .certificateVerified : .failed)
-                    }
-                }
-            }
+            let verify = engine.trustGate?.verificationCallback(host: host, port: port)
             do {
                 try connection.startTLS(configuration: configuration, verify: verify)
             } catch {

@@ -195,17 +195,7 @@ public final class TransferSessionWebSocketTask: TransferSessionTask, @unchecked
         let maximumMessageSize = self.maximumMessageSize
         let connectTimeout = TimeAmount.milliseconds(Int64(min(request.timeoutInterval > 0 ? request.timeoutInterval : snapshot.timeoutIntervalForRequest, snapshot.timeoutIntervalForRequest, 60) * 1000))
         let tls = engine.configuration.tls.clientConfiguration()
-        var verify: NIOSSLCustomVerificationCallback?
-        if let gate = engine.trustGate, let host = url.host {
-            let port = url.port ?? 443
-            verify = { chain, promise in
-                let boxed = UncheckedSendable(chain)
-                Task {
-                    let trusted = await gate.judge(host: host, port: port, chain: boxed.value)
-                    promise.succeed(trusted ? .certificateVerified : .failed)
-                }
-            }
-        }
+        let verify = url.host.flatMap { engine.trustGate?.verificationCallback(host: $0, port: url.port ?? 443) }
         let checkedVerify = UncheckedSendable(verify)
         // The proxy of the equivalent http(s) URL, as for HTTP requests (CONNECT tunnel).
         var equivalent = URLComponents(url: url, resolvingAgainstBaseURL: false)

@@ -95,6 +95,18 @@ package final class ServerTrustGate: Sendable {
         }
     }
 
+    /// A certificate check for a TLS handshake the engine runs itself (stream tasks' STARTTLS,
+    /// WebSocket tasks' `wss:`): ``judge(host:port:chain:)`` decides.
+    package func verificationCallback(host: String, port: Int) -> NIOSSLCustomVerificationCallback {
+        { chain, promise in
+            let boxed = UncheckedChain(chain)
+            Task {
+                let trusted = await self.judge(host: host, port: port, chain: boxed.chain)
+                promise.succeed(trusted ? .certificateVerified : .failed)
+            }
+        }
+    }
+
     /// The question about `chain`; its default evaluation probes `host`:`port` (through
     /// `proxy`) with the default configuration, at most once.
     private func question(host: String, port: Int, proxy: ProxySettings.Server?, chain: [NIOSSLCertificate]) -> ServerTrustQuestion {
@@ -163,4 +175,11 @@ private actor DefaultVerdict {
         self.result = computed
         return computed
     }
+}
+
+/// A chain handed from NIOSSL's callback to the task that judges it (certificates are
+/// immutable values).
+private struct UncheckedChain: @unchecked Sendable {
+    let chain: [NIOSSLCertificate]
+    init(_ chain: [NIOSSLCertificate]) { self.chain = chain }
 }

@@ -199,19 +199,13 @@ package final class WebSocketConnection: Sendable {
         try? await self.channel.closeFuture.get()
     }
 
+    /// A failure as `URLError`: a message over the size limit is `dataLengthExceedsMaximum`;
+    /// the rest map as a stream connection's (untrusted certificate, TLS, timeout, refused …).
     static func urlError(_ error: any Error, url: URL?) -> URLError {
-        if let error = error as? URLError { return error }
-        var userInfo: [String: Any] = [NSLocalizedDescriptionKey: "\(error)"]
-        if let url { userInfo[NSURLErrorFailingURLErrorKey] = url }
-        switch error {
-        case is NIOSSLError, is BoringSSLError: return URLError(.secureConnectionFailed, userInfo: userInfo)
-        case ChannelError.connectTimeout: return URLError(.timedOut, userInfo: userInfo)
-        case is NIOConnectionError: return URLError(.cannotConnectToHost, userInfo: userInfo)
-        case let error as IOError where error.errnoCode == ECONNREFUSED: return URLError(.cannotConnectToHost, userInfo: userInfo)
-        case _ where WebSocketFrameHandler.isTooBig(error):
-            return URLError(.dataLengthExceedsMaximum, userInfo: userInfo)
-        default: return URLError(.networkConnectionLost, userInfo: userInfo)
+        if WebSocketFrameHandler.isTooBig(error) {
+            return URLError(.dataLengthExceedsMaximum, userInfo: [NSLocalizedDescriptionKey: "a WebSocket message is larger than maximumMessageSize"])
         }
+        return StreamConnection.urlError(error, host: url?.host ?? "the server")
     }
 }
 
