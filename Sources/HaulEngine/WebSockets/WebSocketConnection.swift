@@ -285,6 +285,13 @@ private final class UpgradeRefusalHandler: ChannelInboundHandler, RemovableChann
             context.close(promise: nil)
         }
     }
+
+    /// A failure before the upgrade (TLS, most often) is why the WebSocket did not open; the
+    /// close that follows must not replace it with "connection lost".
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        self.promise.fail(error)
+        context.close(promise: nil)
+    }
 }
 
 /// The WebSocket's state on its event loop: messages waiting for a receive and receives waiting
