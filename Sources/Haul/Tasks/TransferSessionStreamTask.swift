@@ -22,8 +22,6 @@ public final class TransferSessionStreamTask: TransferSessionTask, @unchecked Se
 
     private struct StreamState {
         var connection: Task<StreamConnection, any Error>?
-        var readChain: Task<Void, Never>?
-        var writeChain: Task<Void, Never>?
         var readClosed = false
         var writeClosed = false
         var completed = false
@@ -31,7 +29,8 @@ public final class TransferSessionStreamTask: TransferSessionTask, @unchecked Se
 
     private let stream = Mutex(StreamState())
     /// Settled once: with the connection, or with the error that ended the task first.
-    private let connectionReady = Settable<StreamConnection>()
+    /// Reads (inbound) and writes (outbound), each in order, once connected.
+    private let lanes = ConnectionLanes<StreamConnection>()
 
     init(session: TransferSession, identifier: Int, host: String, port: Int) {
         self.host = host
@@ -179,7 +178,7 @@ public final class TransferSessionStreamTask: TransferSessionTask, @unchecked Se
         self.stream.withLock { $0.connection = task }
         Task {
             do {
-                self.connectionReady.settle(.success(try await task.value))
+                self.lanes.ready.settle(.success(try await task.value))
             } catch {
                 self.complete(error: error)
             }
@@ -193,29 +192,7 @@ public final class TransferSessionStreamTask: TransferSessionTask, @unchecked Se
         _ body: @escaping @Sendable (StreamConnection) async -> Void,
         failed: @escaping @Sendable (any Error) -> Void
     ) {
-        self.stream.withLock { state in
-            let previous = onReads ? state.readChain : state.writeChain
-            let next = Task {
-                await previous?.value
-                let connection = await self.waitForConnection()
-                switch connection {
-                case .success(let connection): await body(connection)
-                case .failure(let error): failed(error)
-                }
-            }
-            if onReads { state.readChain = next } else { state.writeChain = next }
-        }
-    }
-
-    /// The connection once ``resume()`` made it, or why there is none (connecting failed, or
-    /// the task ended first). Waits, without polling, until one of these happened.
-    private func waitForConnection() async -> Result<StreamConnection, any Error> {
-        do {
-            let connection = try await self.connectionReady.value()
-            return .success(connection)
-        } catch {
-            return .failure(self.error ?? error)
-        }
+        self.lanes.enqueue(onReads ? .inbound : .outbound, body) { failed(self.error ?? $0) }
     }
 
     private func readEnded() {
@@ -245,7 +222,7 @@ public final class TransferSessionStreamTask: TransferSessionTask, @unchecked Se
             return !state.completed
         }
         guard first else { return }
-        self.connectionReady.settle(.failure(error ?? URLError(.cancelled)))
+        self.lanes.ready.settle(.failure(error ?? URLError(.cancelled)))
         if error != nil, let connection = self.stream.withLock({ $0.connection }) {
             Task { (try? await connection.value)?.close() }
         }
@@ -259,33 +236,6 @@ public final class TransferSessionStreamTask: TransferSessionTask, @unchecked Se
 }
 
 /// A value that is settled once and awaited by any number of callers.
-final class Settable<Value: Sendable>: Sendable {
-    private let state = Mutex<(result: Result<Value, any Error>?, waiters: [CheckedContinuation<Value, any Error>])>((nil, []))
-
-    /// Settles with `result`; later calls have no effect.
-    func settle(_ result: Result<Value, any Error>) {
-        let waiters = self.state.withLock { state -> [CheckedContinuation<Value, any Error>] in
-            guard state.result == nil else { return [] }
-            state.result = result
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume(with: result) }
-    }
-
-    func value() async throws -> Value {
-        try await withCheckedThrowingContinuation { continuation in
-            let settled = self.state.withLock { state -> Result<Value, any Error>? in
-                if let result = state.result { return result }
-                state.waiters.append(continuation)
-                return nil
-            }
-            if let settled { continuation.resume(with: settled) }
-        }
-    }
-}
-
-/// Stream-task events, as `URLSessionStreamDelegate`.
 public protocol TransferSessionStreamDelegate: TransferSessionTaskDelegate {
     /// The input ended (the peer closed its side, or ``TransferSessionStreamTask/closeRead()``).
     /// Called once per task.

@@ -25,8 +25,6 @@ public final class TransferSessionWebSocketTask: TransferSessionTask, @unchecked
 
     private struct SocketState {
         var connection: Task<WebSocketConnection, any Error>?
-        var sendChain: Task<Void, Never>?
-        var receiveChain: Task<Void, Never>?
         var maximumMessageSize = 1 << 20
         var closeCode: CloseCode = .invalid
         var closeReason: Data?
@@ -35,7 +33,8 @@ public final class TransferSessionWebSocketTask: TransferSessionTask, @unchecked
 
     let protocols: [String]
     private let socket = Mutex(SocketState())
-    private let connectionReady = Settable<WebSocketConnection>()
+    /// Receives (inbound) and sends and pings (outbound), each in order, once open.
+    private let lanes = ConnectionLanes<WebSocketConnection>()
 
     init(session: TransferSession, identifier: Int, request: URLRequest, protocols: [String]) {
         self.protocols = protocols
@@ -224,7 +223,7 @@ public final class TransferSessionWebSocketTask: TransferSessionTask, @unchecked
                 session.enqueueDelegateCall { delegate in
                     (delegate as? any TransferSessionWebSocketDelegate)?.urlSession(session, webSocketTask: self, didOpenWithProtocol: opened.selectedProtocol)
                 }
-                self.connectionReady.settle(.success(opened.connection))
+                self.lanes.ready.settle(.success(opened.connection))
                 await opened.connection.closed()
                 await self.connectionClosed(opened.connection)
             } catch {
@@ -262,18 +261,7 @@ public final class TransferSessionWebSocketTask: TransferSessionTask, @unchecked
         _ body: @escaping @Sendable (WebSocketConnection) async -> Void,
         failed: @escaping @Sendable (any Error) -> Void
     ) {
-        self.socket.withLock { state in
-            let previous = sends ? state.sendChain : state.receiveChain
-            let next = Task {
-                await previous?.value
-                do {
-                    await body(try await self.connectionReady.value())
-                } catch {
-                    failed(self.error ?? error)
-                }
-            }
-            if sends { state.sendChain = next } else { state.receiveChain = next }
-        }
+        self.lanes.enqueue(sends ? .outbound : .inbound, body) { failed(self.error ?? $0) }
     }
 
     private func complete(error: (any Error)?) {
@@ -282,7 +270,7 @@ public final class TransferSessionWebSocketTask: TransferSessionTask, @unchecked
             return !state.completed
         }
         guard first else { return }
-        self.connectionReady.settle(.failure(error ?? URLError(.networkConnectionLost, userInfo: [NSLocalizedDescriptionKey: "the WebSocket is closed"])))
+        self.lanes.ready.settle(.failure(error ?? URLError(.networkConnectionLost, userInfo: [NSLocalizedDescriptionKey: "the WebSocket is closed"])))
         _ = self.inner.withLock { $0.lifecycle.transferFinished() }
         self.finish(error: error)
     }
