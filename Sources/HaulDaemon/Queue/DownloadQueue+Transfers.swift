@@ -61,12 +61,12 @@ extension DownloadQueue {
     }
 
     /// Tells subscribers where a running download stands (from its live numbers and the row as
-    /// last saved: no store read). Nothing to do when nobody listens.
+    /// last saved: no store read). Nothing to do when nobody listens for progress.
     private func broadcast(_ transfer: TrackedTransfer) {
         let id = transfer.id.number
         self.work.async {
             let stored = self.state.withLock { state -> StoredDownload? in
-                guard !state.subscribers.isEmpty, let running = state.running[id], running.transfer === transfer else { return nil }
+                guard !state.progressSubscriberIDs.isEmpty, let running = state.running[id], running.transfer === transfer else { return nil }
                 return running.stored
             }
             guard let stored else { return }

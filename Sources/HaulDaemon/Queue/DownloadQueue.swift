@@ -56,6 +56,8 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var running: [Int64: Running] = [:]
         var settings: QueueSettings
         var subscribers: [UInt64: @Sendable (QueueChange) -> Void] = [:]
+        /// Subscribers that want progress of running downloads, not only changes of state.
+        var progressSubscriberIDs: Set<UInt64> = []
         var nextSubscriber: UInt64 = 0
         var isShuttingDown = false
         /// Every download, for lists and counts (the store is the durable copy).
@@ -110,17 +112,23 @@ public final class DownloadQueue: TransferOwner, Sendable {
     // MARK: - Subscriptions
 
     /// Registers `handler` for every change from now on; call ``unsubscribe(_:)`` with the
-    /// answer when done. Called on the queue's serial queue, in order; must not block.
-    public func subscribe(_ handler: @escaping @Sendable (QueueChange) -> Void) -> UInt64 {
+    /// answer when done. Called on the queue's serial queue, in order; must not block. Without
+    /// `progress`, running downloads' progress is not worked out for this subscriber's sake (it
+    /// still hears it when another subscriber asked for it).
+    public func subscribe(progress: Bool = true, _ handler: @escaping @Sendable (QueueChange) -> Void) -> UInt64 {
         self.state.withLock { state in
             state.nextSubscriber += 1
             state.subscribers[state.nextSubscriber] = handler
+            if progress { state.progressSubscriberIDs.insert(state.nextSubscriber) }
             return state.nextSubscriber
         }
     }
 
     public func unsubscribe(_ id: UInt64) {
-        _ = self.state.withLock { $0.subscribers.removeValue(forKey: id) }
+        self.state.withLock { state in
+            state.subscribers[id] = nil
+            state.progressSubscriberIDs.remove(id)
+        }
     }
 
     func publish(_ change: QueueChange) {

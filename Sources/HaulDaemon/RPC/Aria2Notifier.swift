@@ -30,7 +30,8 @@ final class Aria2Notifier: Sendable {
         self.state.withLock { state in
             for (id, gid, downloadState) in snapshot { state.tracker.seed(id: id, gid: gid, state: downloadState) }
         }
-        let id = self.queue.subscribe { [weak self] change in self?.handle(change) }
+        // Notifications are about changes of state: progress is not worked out for them.
+        let id = self.queue.subscribe(progress: false) { [weak self] change in self?.handle(change) }
         self.subscription.withLock { $0 = id }
     }
 
