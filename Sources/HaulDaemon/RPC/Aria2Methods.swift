@@ -79,69 +79,125 @@ public struct Aria2Methods: Sendable {
 
     // MARK: - Dispatch
 
+    /// How a call is answered: at once (reads, and every refusal), or after waiting on the
+    /// queue's work queue (changes).
+    enum Plan {
+        case now(JSONValue)
+        case later(name: String, Parameters)
+    }
+
     /// The result of one method call. `aria2.*` methods check the token first.
     public func call(_ method: String, _ rawParams: [JSONValue]) async throws(Aria2Fault) -> JSONValue {
+        if method == "system.multicall" { return try await self.multicall(rawParams) }
+        switch try self.plan(method, rawParams) {
+        case .now(let result): return result
+        case .later(let name, let params):
+            do {
+                return try await self.change(name, params)
+            } catch {
+                throw Self.fault(error)
+            }
+        }
+    }
+
+    /// Answers what can be answered without waiting (reads and refusals), on the caller's
+    /// thread; `nil` when some call in it changes the queue. ``Aria2RPCServer`` answers these
+    /// on the connection's event loop.
+    public func answerNow(_ envelope: Aria2Envelope) -> JSONValue? {
+        switch envelope {
+        case .single(let call): return self.answerNow(call)
+        case .batch(let calls):
+            var answers: [JSONValue] = []
+            answers.reserveCapacity(calls.count)
+            for call in calls {
+                guard let answer = self.answerNow(call) else { return nil }
+                answers.append(answer)
+            }
+            return .array(answers)
+        }
+    }
+
+    func answerNow(_ call: Result<Aria2Call, Aria2FaultWithID>) -> JSONValue? {
+        switch call {
+        case .failure(let fault): return Aria2Envelope.error(id: fault.id, fault.fault)
+        case .success(let call):
+            do {
+                guard let result = try self.callNow(call.method, call.params) else { return nil }
+                return Aria2Envelope.result(id: call.id, result)
+            } catch {
+                return Aria2Envelope.error(id: call.id, error)
+            }
+        }
+    }
+
+    /// A call's result at once, or `nil` when it (or a sub-call of a multicall) changes the queue.
+    func callNow(_ method: String, _ rawParams: [JSONValue]) throws(Aria2Fault) -> JSONValue? {
+        if method == "system.multicall" {
+            let calls = try Self.multicallCalls(rawParams)
+            for case .success(let call) in calls where Self.changes(call.method) {
+                return nil
+            }
+            var answers: [JSONValue] = []
+            answers.reserveCapacity(calls.count)
+            for call in calls {
+                switch call {
+                case .failure(let fault): answers.append(fault.json)
+                case .success(let call):
+                    do {
+                        guard let result = try self.callNow(call.method, call.params) else { return nil }
+                        answers.append(.array([result]))
+                    } catch {
+                        answers.append(error.json)
+                    }
+                }
+            }
+            return .array(answers)
+        }
+        if case .now(let result) = try self.plan(method, rawParams) { return result }
+        return nil
+    }
+
+    /// The `aria2.*` methods that change the queue (answered after the queue's work queue ran them).
+    private static let changingMethods: Set<String> = [
+        "aria2.addUri", "aria2.remove", "aria2.forceRemove", "aria2.pause", "aria2.forcePause", "aria2.pauseAll",
+        "aria2.forcePauseAll", "aria2.unpause", "aria2.unpauseAll", "aria2.changePosition", "aria2.changeUri",
+        "aria2.changeOption", "aria2.changeGlobalOption", "aria2.purgeDownloadResult", "aria2.removeDownloadResult",
+    ]
+
+    static func changes(_ method: String) -> Bool { Self.changingMethods.contains(method) }
+
+    /// Checks the method and the token, and answers reads at once.
+    private func plan(_ method: String, _ rawParams: [JSONValue]) throws(Aria2Fault) -> Plan {
         switch method {
-        case "system.multicall": return try await self.multicall(rawParams)
-        case "system.listMethods": return .array(Self.methods.map(JSONValue.string))
-        case "system.listNotifications": return .array(Aria2NotificationTracker.methods.map(JSONValue.string))
+        case "system.listMethods": return .now(.array(Self.methods.map(JSONValue.string)))
+        case "system.listNotifications": return .now(.array(Aria2NotificationTracker.methods.map(JSONValue.string)))
         default: break
         }
         guard method.hasPrefix("aria2."), Self.methods.contains(method) else { throw .methodNotFound }
         let params = Parameters(try Aria2Token.strip(rawParams, secret: self.secret), method: method)
+        let name = String(method.dropFirst(6))
+        if Self.changes(method) { return .later(name: name, params) }
         do {
-            return try await self.aria2(String(method.dropFirst(6)), params)
-        } catch let fault as Aria2Fault {
-            throw fault
-        } catch let error as DaemonError {
-            throw Aria2Fault(error.description)
+            return .now(try self.read(name, params))
         } catch {
-            throw Aria2Fault("\(error)")
+            throw Self.fault(error)
         }
     }
 
-    private func aria2(_ name: String, _ params: Parameters) async throws -> JSONValue {
+    private static func fault(_ error: any Error) -> Aria2Fault {
+        switch error {
+        case let fault as Aria2Fault: return fault
+        case let error as DaemonError: return Aria2Fault(error.description)
+        default: return Aria2Fault("\(error)")
+        }
+    }
+
+    /// The methods that only read (and `shutdown`, which only asks).
+    private func read(_ name: String, _ params: Parameters) throws -> JSONValue {
         let queue = self.queue
         switch name {
-        case "addUri":
-            var request = try self.newDownload(params)
-            let position = try params.integer(2)
-            if position != nil, request.paused == false {
-                // Placed before it can start: added paused, moved, then released.
-                request.paused = true
-                let info = try await queue.add([request])[0]
-                _ = try await queue.changePosition(id: info.id, offset: position!, how: "POS_SET")
-                try await queue.resume(id: info.id)
-                return .string(info.gid)
-            }
-            let info = try await queue.add([request])[0]
-            if let position { _ = try await queue.changePosition(id: info.id, offset: position, how: "POS_SET") }
-            return .string(info.gid)
         case "addTorrent", "addMetalink":
             throw Aria2Fault("\(name) is not supported: Haul downloads over HTTP and HTTPS only")
-        case "remove", "forceRemove":
-            let (id, gid) = try self.download(params)
-            guard queue.liveInfo(id: id)?.state.isInProgress == true else { throw Aria2Fault("GID#\(gid) cannot be removed now") }
-            try await queue.cancel(id: id)
-            return .string(gid)
-        case "pause", "forcePause":
-            let (id, gid) = try self.download(params)
-            guard let info = queue.liveInfo(id: id), info.state.canPause else {
-                throw Aria2Fault("GID#\(gid) cannot be paused now")
-            }
-            try await queue.pause(id: id)
-            return .string(gid)
-        case "pauseAll", "forcePauseAll":
-            _ = try await queue.pauseAll()
-            return .string("OK")
-        case "unpause":
-            let (id, gid) = try self.download(params)
-            guard queue.liveInfo(id: id)?.state == .paused else { throw Aria2Fault("GID#\(gid) cannot be unpaused now") }
-            try await queue.resume(id: id)
-            return .string(gid)
-        case "unpauseAll":
-            _ = try await queue.resumeAll()
-            return .string("OK")
         case "tellStatus":
             let info = try self.info(params)
             return .raw(Aria2Status.bytes(info, keys: Aria2Status.keySet(try params.strings(1, "keys", optional: true))))
@@ -170,32 +226,12 @@ public struct Aria2Methods: Sendable {
             let window = { (count: Int) throws(Aria2Fault) -> [Int] in try Aria2Window.indices(count: count, offset: offset, num: num) }
             let infos = name == "tellWaiting" ? try queue.waitingQueue(window: window) : try queue.stoppedDownloads(window: window)
             return Self.list(infos, keys: keys)
-        case "changePosition":
-            let (id, _) = try self.download(params)
-            let offset = try params.integer(1, required: true)!
-            let how = try params.string(2, "how")
-            return .integer(Int64(try await queue.changePosition(id: id, offset: offset, how: how)))
-        case "changeUri":
-            let (id, _) = try self.download(params)
-            guard try params.integer(1, required: true) == 1 else { throw Aria2Fault("fileIndex out of range: an HTTP download has one file, 1") }
-            let deleted = try params.strings(2, "delUris")
-            let added = try params.strings(3, "addUris")
-            let position = try params.integer(4)
-            let result = try await queue.changeURIs(id: id, delete: deleted, add: added, position: position.map { Int(clamping: $0) })
-            return .array([.integer(Int64(result.deleted)), .integer(Int64(result.added))])
         case "getOption":
             let info = try self.info(params)
             let options = Aria2Options.options(of: info, globalDefaults: queue.settings.rpcOptions ?? [:])
             return .object(options.map { ($0.0, .string($0.1)) })
-        case "changeOption":
-            let (id, _) = try self.download(params)
-            try await queue.changeOptions(id: id, try params.object(1, required: true)!)
-            return .string("OK")
         case "getGlobalOption":
             return .object(self.globalOptions().map { ($0.0, .string($0.1)) })
-        case "changeGlobalOption":
-            try await self.changeGlobalOptions(try params.object(0, required: true)!)
-            return .string("OK")
         case "getGlobalStat":
             let counts = queue.stateCounts()
             let stopped = (counts[.complete] ?? 0) + (counts[.error] ?? 0) + (counts[.removed] ?? 0)
@@ -208,13 +244,6 @@ public struct Aria2Methods: Sendable {
                 ("numWaiting", number((counts[.waiting] ?? 0) + (counts[.paused] ?? 0))),
                 ("uploadSpeed", .string("0")),
             ])
-        case "purgeDownloadResult":
-            _ = try await queue.purge()
-            return .string("OK")
-        case "removeDownloadResult":
-            let (id, _) = try self.download(params)
-            try await queue.removeResult(id: id)
-            return .string("OK")
         case "getVersion":
             return .object([
                 ("enabledFeatures", .array(["Async DNS", "HTTPS", "Checksum", "GZip"].map(JSONValue.string))),
@@ -240,6 +269,79 @@ public struct Aria2Methods: Sendable {
         }
     }
 
+    /// The methods that change the queue.
+    private func change(_ name: String, _ params: Parameters) async throws -> JSONValue {
+        let queue = self.queue
+        switch name {
+        case "addUri":
+            var request = try self.newDownload(params)
+            let position = try params.integer(2)
+            if position != nil, request.paused == false {
+                // Placed before it can start: added paused, moved, then released.
+                request.paused = true
+                let info = try await queue.add([request])[0]
+                _ = try await queue.changePosition(id: info.id, offset: position!, how: "POS_SET")
+                try await queue.resume(id: info.id)
+                return .string(info.gid)
+            }
+            let info = try await queue.add([request])[0]
+            if let position { _ = try await queue.changePosition(id: info.id, offset: position, how: "POS_SET") }
+            return .string(info.gid)
+        case "remove", "forceRemove":
+            let (id, gid) = try self.download(params)
+            guard queue.liveInfo(id: id)?.state.isInProgress == true else { throw Aria2Fault("GID#\(gid) cannot be removed now") }
+            try await queue.cancel(id: id)
+            return .string(gid)
+        case "pause", "forcePause":
+            let (id, gid) = try self.download(params)
+            guard let info = queue.liveInfo(id: id), info.state.canPause else {
+                throw Aria2Fault("GID#\(gid) cannot be paused now")
+            }
+            try await queue.pause(id: id)
+            return .string(gid)
+        case "pauseAll", "forcePauseAll":
+            _ = try await queue.pauseAll()
+            return .string("OK")
+        case "unpause":
+            let (id, gid) = try self.download(params)
+            guard queue.liveInfo(id: id)?.state == .paused else { throw Aria2Fault("GID#\(gid) cannot be unpaused now") }
+            try await queue.resume(id: id)
+            return .string(gid)
+        case "unpauseAll":
+            _ = try await queue.resumeAll()
+            return .string("OK")
+        case "changePosition":
+            let (id, _) = try self.download(params)
+            let offset = try params.integer(1, required: true)!
+            let how = try params.string(2, "how")
+            return .integer(Int64(try await queue.changePosition(id: id, offset: offset, how: how)))
+        case "changeUri":
+            let (id, _) = try self.download(params)
+            guard try params.integer(1, required: true) == 1 else { throw Aria2Fault("fileIndex out of range: an HTTP download has one file, 1") }
+            let deleted = try params.strings(2, "delUris")
+            let added = try params.strings(3, "addUris")
+            let position = try params.integer(4)
+            let result = try await queue.changeURIs(id: id, delete: deleted, add: added, position: position.map { Int(clamping: $0) })
+            return .array([.integer(Int64(result.deleted)), .integer(Int64(result.added))])
+        case "changeOption":
+            let (id, _) = try self.download(params)
+            try await queue.changeOptions(id: id, try params.object(1, required: true)!)
+            return .string("OK")
+        case "changeGlobalOption":
+            try await self.changeGlobalOptions(try params.object(0, required: true)!)
+            return .string("OK")
+        case "purgeDownloadResult":
+            _ = try await queue.purge()
+            return .string("OK")
+        case "removeDownloadResult":
+            let (id, _) = try self.download(params)
+            try await queue.removeResult(id: id)
+            return .string("OK")
+        default:
+            throw Aria2Fault.methodNotFound
+        }
+    }
+
     /// The download an `addUri` call asks for (its URIs and options, over the recorded
     /// global defaults).
     private func newDownload(_ params: Parameters) throws(Aria2Fault) -> NewDownload {
@@ -255,28 +357,9 @@ public struct Aria2Methods: Sendable {
     /// transaction, as `haul add -i` does; if the batch is refused as a whole, each is added on
     /// its own so that each gets its own answer.
     private func multicall(_ params: [JSONValue]) async throws(Aria2Fault) -> JSONValue {
-        guard params.count == 1, case .array(let calls) = params[0] else {
-            throw .invalidParams("system.multicall takes one list of {methodName, params}")
-        }
-        var parsed: [Result<(method: String, params: [JSONValue]), Aria2Fault>] = []
-        parsed.reserveCapacity(calls.count)
-        for call in calls {
-            guard let method = call["methodName"]?.stringValue else {
-                parsed.append(.failure(.invalidParams("each call needs a methodName")))
-                continue
-            }
-            if method == "system.multicall" {
-                parsed.append(.failure(Aria2Fault("system.multicall cannot be nested")))
-                continue
-            }
-            switch call["params"] {
-            case nil, .null?: parsed.append(.success((method, [])))
-            case .array(let values)?: parsed.append(.success((method, values)))
-            default: parsed.append(.failure(.invalidParams("params must be an array")))
-            }
-        }
+        let parsed = try Self.multicallCalls(params)
         var answers: [JSONValue] = []
-        answers.reserveCapacity(calls.count)
+        answers.reserveCapacity(parsed.count)
         var index = 0
         while index < parsed.count {
             // A run of plain addUri calls (no position) goes in as one batch.
@@ -312,6 +395,31 @@ public struct Aria2Methods: Sendable {
             index += 1
         }
         return .array(answers)
+    }
+
+    /// A multicall's sub-calls, each checked for shape (a nested multicall is refused).
+    private static func multicallCalls(_ params: [JSONValue]) throws(Aria2Fault) -> [Result<(method: String, params: [JSONValue]), Aria2Fault>] {
+        guard params.count == 1, case .array(let calls) = params[0] else {
+            throw .invalidParams("system.multicall takes one list of {methodName, params}")
+        }
+        var parsed: [Result<(method: String, params: [JSONValue]), Aria2Fault>] = []
+        parsed.reserveCapacity(calls.count)
+        for call in calls {
+            guard let method = call["methodName"]?.stringValue else {
+                parsed.append(.failure(.invalidParams("each call needs a methodName")))
+                continue
+            }
+            if method == "system.multicall" {
+                parsed.append(.failure(Aria2Fault("system.multicall cannot be nested")))
+                continue
+            }
+            switch call["params"] {
+            case nil, .null?: parsed.append(.success((method, [])))
+            case .array(let values)?: parsed.append(.success((method, values)))
+            default: parsed.append(.failure(.invalidParams("params must be an array")))
+            }
+        }
+        return parsed
     }
 
     /// Adds checked `addUri` requests in one transaction and puts each gid (or fault) in its

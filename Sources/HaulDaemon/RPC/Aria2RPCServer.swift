@@ -81,7 +81,12 @@ public final class Aria2RPCServer: Sendable {
         quiet.logLevel = max(quiet.logLevel, .notice)
         let app = Application(
             router: router,
-            server: .http1WebSocketUpgrade(configuration: .init(maxFrameSize: Aria2Envelope.maximumRequestSize)) { request, _, _ in
+            server: .http1WebSocketUpgrade(
+                configuration: .init(
+                    http1: .init(additionalChannelHandlers: [Aria2HTTPHandler(methods: methods)]),
+                    ws: .init(maxFrameSize: Aria2Envelope.maximumRequestSize)
+                )
+            ) { request, _, _ in
                 guard request.path?.split(separator: "?").first == "/jsonrpc" else { return .dontUpgrade }
                 return .upgrade([:]) { inbound, outbound, _ in
                     try await Self.serveWebSocket(inbound: inbound, outbound: outbound, methods: methods, notifier: notifier)
@@ -133,7 +138,7 @@ public final class Aria2RPCServer: Sendable {
         }
     }
 
-    private static let corsHeaders: HTTPFields = [
+    static let corsHeaders: HTTPFields = [
         .accessControlAllowOrigin: "*",
         .accessControlAllowMethods: "POST, GET, OPTIONS",
         .accessControlAllowHeaders: "Content-Type, Authorization",
@@ -145,6 +150,8 @@ public final class Aria2RPCServer: Sendable {
         router.on("/jsonrpc", method: .options) { _, _ in
             Response(status: .ok, headers: Self.corsHeaders)
         }
+        // Answered by Aria2HTTPHandler on the event loop, except behind an unanswered request of
+        // another kind on the same connection.
         router.post("/jsonrpc") { request, _ in
             WorkingSetTrimmer.noteActivity()
             var request = request

@@ -453,6 +453,60 @@ struct Aria2RPCProcessTests {
         _ = await daemon.terminate()
     }
 
+    @Test("One connection, pipelined: reads answered at once, a change's answer in its place, the router's answers interleaved in order, Connection: close and oversized bodies")
+    func pipelining() async throws {
+        let daemon = try DaemonProcess()
+        let rpc = try await daemon.startWithRPC()
+        let port = try #require(URL(string: rpc.endpoint)?.port)
+        func post(_ method: String, _ params: [Any] = [], id: Int, headers: [String] = []) throws -> [UInt8] {
+            let body = try JSONSerialization.data(withJSONObject: rpc.requestObject(method, params, id: id))
+            return RawHTTPConnection.request("POST", "/jsonrpc", body: Array(body), headers: headers)
+        }
+        let token = Data(try JSONSerialization.data(withJSONObject: ["token:\(rpc.secret)"])).base64EncodedString()
+        let multicall = [[["methodName": "aria2.tellActive", "params": ["token:\(rpc.secret)"]], ["methodName": "aria2.getGlobalStat", "params": ["token:\(rpc.secret)"]]]]
+        var requests: [UInt8] = []
+        requests += try post("aria2.getVersion", id: 1)
+        requests += try post("aria2.addUri", [["http://127.0.0.1:9/pipelined.bin"], ["pause": "true", "dir": daemon.dataDirectory.path]], id: 2)
+        requests += try post("aria2.tellWaiting", [0, 10, ["gid"]], id: 3)
+        requests += RawHTTPConnection.request("OPTIONS", "/jsonrpc", headers: ["Origin: http://front.end", "Access-Control-Request-Method: POST"])
+        requests += try post("aria2.getGlobalStat", id: 4)
+        requests += RawHTTPConnection.request("GET", "/jsonrpc?method=aria2.getGlobalStat&id=5&params=\(token)")
+        requests += try post("system.multicall", multicall, id: 6)
+        requests += try post("aria2.getVersion", id: 7, headers: ["Connection: close"])
+        let connection = try RawHTTPConnection(port: port)
+        try connection.send(requests)
+        var answers: [RawHTTPConnection.Response] = []
+        for _ in 0..<8 { answers.append(try connection.readResponse()) }
+        #expect(answers.map(\.status) == [200, 200, 200, 200, 200, 200, 200, 200])
+        func object(_ index: Int) throws -> [String: Any] {
+            try #require(try JSONSerialization.jsonObject(with: Data(answers[index].body)) as? [String: Any], "\(answers[index].text)")
+        }
+        #expect(try [0, 1, 2, 4, 5, 6, 7].map { try object($0)["id"] as? Int } == [1, 2, 3, 4, 5, 6, 7])
+        let gid = try #require(try object(1)["result"] as? String)
+        let waiting = try #require(try object(2)["result"] as? [[String: String]])
+        #expect(waiting.map { $0["gid"] } == [gid], "the read after a change sees it")
+        #expect(answers[3].headers["access-control-allow-origin"] == "*" && answers[3].body.isEmpty)
+        #expect((try object(4)["result"] as? [String: String])?["numWaiting"] == "1")
+        #expect((try object(5)["result"] as? [String: String])?["numWaiting"] == "1")
+        #expect((try object(6)["result"] as? [[Any]])?.count == 2)
+        #expect(answers.allSatisfy { $0.headers["access-control-allow-origin"] == "*" })
+        #expect(connection.isClosedByServer(), "Connection: close")
+        // The same, answered ahead of the router.
+        let lone = try RawHTTPConnection(port: port)
+        try lone.send(try post("aria2.getGlobalStat", id: 9, headers: ["Connection: close"]))
+        let loneAnswer = try lone.readResponse()
+        #expect(loneAnswer.status == 200 && loneAnswer.headers["connection"] == "close" && lone.isClosedByServer())
+
+        // A body over the limit is refused and read to its end: the connection goes on.
+        let big = Array(#"{"id":1,"method":"aria2.getVersion","params":[""#.utf8) + [UInt8](repeating: 0x61, count: 3 << 20) + Array("\"]}".utf8)
+        let second = try RawHTTPConnection(port: port)
+        try second.send(RawHTTPConnection.request("POST", "/jsonrpc", body: big) + (try post("aria2.getVersion", id: 8)))
+        #expect(try second.readResponse().status == 413)
+        let after = try second.readResponse()
+        #expect(after.status == 200 && after.text.contains("\"id\":8"), "\(after.text)")
+        _ = await daemon.terminate()
+    }
+
     @Test("One queue, four doors: haul sees RPC downloads and the reverse; gids survive a restart; the secret never reaches the log")
     func fourDoors() async throws {
         let server = try await FaultInjectingHTTPServer.start()
