@@ -79,8 +79,8 @@ public struct Aria2Methods: Sendable {
 
     // MARK: - Dispatch
 
-    /// How a call is answered: at once (reads, and every refusal), or after waiting on the
-    /// queue's work queue (changes).
+    /// How a call is answered: at once (reads, and every refusal), or from a task (changes,
+    /// which wait on the queue's work queue, and long lists).
     enum Plan {
         case now(JSONValue)
         case later(name: String, Parameters)
@@ -93,7 +93,7 @@ public struct Aria2Methods: Sendable {
         case .now(let result): return result
         case .later(let name, let params):
             do {
-                return try await self.change(name, params)
+                return try await self.later(name, params)
             } catch {
                 throw Self.fault(error)
             }
@@ -134,7 +134,7 @@ public struct Aria2Methods: Sendable {
     func callNow(_ method: String, _ rawParams: [JSONValue]) throws(Aria2Fault) -> JSONValue? {
         if method == "system.multicall" {
             let calls = try Self.multicallCalls(rawParams)
-            for case .success(let call) in calls where Self.changes(call.method) {
+            for case .success(let call) in calls where Self.waits(call.method, call.params) {
                 return nil
             }
             var answers: [JSONValue] = []
@@ -164,7 +164,17 @@ public struct Aria2Methods: Sendable {
         "aria2.changeOption", "aria2.changeGlobalOption", "aria2.purgeDownloadResult", "aria2.removeDownloadResult",
     ]
 
-    static func changes(_ method: String) -> Bool { Self.changingMethods.contains(method) }
+    /// Whether a call is answered off the event loop: changes, and lists of more than 1,000
+    /// downloads (every key of 10,000 takes ~70 ms: other connections on the loop must not wait).
+    static func waits(_ method: String, _ rawParams: [JSONValue]) -> Bool {
+        if Self.changingMethods.contains(method) { return true }
+        guard method == "aria2.tellWaiting" || method == "aria2.tellStopped" else { return false }
+        // [token,] offset, num
+        let params = rawParams.first?.stringValue?.hasPrefix("token:") == true ? rawParams.dropFirst() : rawParams[...]
+        guard params.count > 1 else { return false }
+        let num = params[params.startIndex + 1]
+        return (num.integerValue ?? num.stringValue.flatMap { Int64($0) } ?? 0) > 1000
+    }
 
     /// Checks the method and the token, and answers reads at once.
     private func plan(_ method: String, _ rawParams: [JSONValue]) throws(Aria2Fault) -> Plan {
@@ -176,7 +186,7 @@ public struct Aria2Methods: Sendable {
         guard method.hasPrefix("aria2."), Self.methods.contains(method) else { throw .methodNotFound }
         let params = Parameters(try Aria2Token.strip(rawParams, secret: self.secret), method: method)
         let name = String(method.dropFirst(6))
-        if Self.changes(method) { return .later(name: name, params) }
+        if Self.waits(method, rawParams) { return .later(name: name, params) }
         do {
             return .now(try self.read(name, params))
         } catch {
@@ -269,8 +279,8 @@ public struct Aria2Methods: Sendable {
         }
     }
 
-    /// The methods that change the queue.
-    private func change(_ name: String, _ params: Parameters) async throws -> JSONValue {
+    /// The methods that change the queue, and reads too long for the event loop.
+    private func later(_ name: String, _ params: Parameters) async throws -> JSONValue {
         let queue = self.queue
         switch name {
         case "addUri":
@@ -338,7 +348,8 @@ public struct Aria2Methods: Sendable {
             try await queue.removeResult(id: id)
             return .string("OK")
         default:
-            throw Aria2Fault.methodNotFound
+            // Reads that wait (long lists) are answered here, off the event loop.
+            return try self.read(name, params)
         }
     }
 
