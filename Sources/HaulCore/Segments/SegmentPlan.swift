@@ -1,0 +1,176 @@
+/// Who fetches which bytes of one segmented download, as a value type with no I/O: the engine
+/// tells it what each connection received and wrote, and asks it what a free connection should
+/// fetch next.
+///
+/// A *lane* is one connection's run over a range `[start, end)`: bytes arrive at `received`,
+/// reach the disk at `written`. The plan's rules:
+/// - a free connection first takes the largest hole no lane covers;
+/// - with none, it *steals*: the lane expected to finish last (its remaining bytes over its
+///   speed) is split in the middle of what it has not received yet, and the free connection
+///   takes the second half (only when both halves are at least ``minimumSegment``);
+/// - near the end, when nothing can be split, it *duplicates* the slowest lane's remainder when
+///   that lane needs longer than ``endGameSeconds`` to finish: both fetch the same bytes (of the
+///   same validated entity) and the first to write them wins; the other is told to stop.
+///
+/// Lane ends only shrink. `done` grows only with bytes on disk.
+public struct SegmentPlan: Sendable {
+    public struct Lane: Sendable, Hashable {
+        public var start: Int64
+        /// Bytes up to here arrived (queued for the disk or written).
+        public var received: Int64
+        /// Bytes up to here are on disk.
+        public var written: Int64
+        /// The lane stops here (exclusive); it may move down when another lane steals.
+        public var end: Int64
+        /// When the lane started (the caller's clock, in seconds).
+        public var startedAt: Double
+        /// The lane this one duplicates, or the one duplicating it.
+        public var partner: Int?
+
+        public var remaining: Int64 { max(0, self.end - self.received) }
+    }
+
+    /// A free connection's work: fetch `range` as lane `lane`.
+    public struct Assignment: Sendable, Hashable {
+        public var lane: Int
+        public var range: Range<Int64>
+        /// The lane whose remainder this one fetches too (end game), if any.
+        public var duplicating: Int?
+        /// The lane whose end moved down to `range.lowerBound` to make room for this one.
+        public var shortened: Int?
+    }
+
+    /// The entity's length.
+    public let length: Int64
+    /// Bytes on disk.
+    public private(set) var done: ByteRangeSet
+    public private(set) var lanes: [Int: Lane] = [:]
+    /// No lane is made or left shorter than this by a split.
+    public let minimumSegment: Int64
+    /// A lane expected to need longer than this is duplicated when nothing can be split.
+    public let endGameSeconds: Double
+    private var nextLane = 1
+
+    public init(length: Int64, done: ByteRangeSet = ByteRangeSet(), minimumSegment: Int64 = 1 << 20, endGameSeconds: Double = 1) {
+        precondition(length >= 0)
+        self.length = length
+        var kept = done
+        kept.remove(length..<Int64.max)
+        self.done = kept
+        self.minimumSegment = max(1, minimumSegment)
+        self.endGameSeconds = endGameSeconds
+    }
+
+    public var isComplete: Bool { self.done.byteCount == self.length }
+
+    /// Bytes not on disk yet.
+    public var missing: Int64 { self.length - self.done.byteCount }
+
+    /// Lane 0: a request already running from `offset`, which covers bytes up to the next byte
+    /// on disk (or the end).
+    public mutating func addPrimary(at offset: Int64, now: Double) {
+        let end = self.done.nextCovered(from: offset) ?? self.length
+        self.lanes[0] = Lane(start: offset, received: offset, written: offset, end: max(offset, end), startedAt: now)
+    }
+
+    /// What a free connection should fetch, or `nil` when nothing is worth another connection.
+    public mutating func assign(now: Double) -> Assignment? {
+        // 1. The largest hole no lane covers.
+        if let hole = self.unassignedHoles().max(by: { $0.count < $1.count }) {
+            return self.open(hole, now: now)
+        }
+        // 2. Steal half of what the lane expected to finish last has not received yet.
+        let estimates = self.lanes.map { (id: $0.key, lane: $0.value, seconds: self.secondsLeft($0.value, now: now)) }
+        let splittable = estimates.filter { $0.lane.partner == nil && $0.lane.remaining >= 2 * self.minimumSegment }
+        if let victim = splittable.max(by: { ($0.seconds, $1.id) < ($1.seconds, $0.id) }) {
+            let middle = victim.lane.received + victim.lane.remaining / 2
+            let range = middle..<victim.lane.end
+            self.lanes[victim.id]!.end = middle
+            var assignment = self.open(range, now: now)
+            assignment.shortened = victim.id
+            return assignment
+        }
+        // 3. End game: fetch the slowest remainder a second time.
+        // Only lanes whose speed is known: a lane that just started is not slow yet.
+        let slow = estimates.filter {
+            $0.lane.partner == nil && $0.lane.remaining > 0 && self.speed($0.lane, now: now) != nil && $0.seconds > self.endGameSeconds
+        }
+        if let victim = slow.max(by: { ($0.seconds, $1.id) < ($1.seconds, $0.id) }) {
+            var assignment = self.open(victim.lane.received..<victim.lane.end, now: now)
+            self.lanes[assignment.lane]!.partner = victim.id
+            self.lanes[victim.id]!.partner = assignment.lane
+            assignment.duplicating = victim.id
+            return assignment
+        }
+        return nil
+    }
+
+    /// `count` bytes arrived for `lane`; how many of them it may queue for the disk (its end
+    /// may have moved). When the answer is less than `count`, or the lane has reached its end,
+    /// the lane should stop fetching.
+    public mutating func received(_ lane: Int, count: Int64) -> Int64 {
+        guard var state = self.lanes[lane] else { return 0 }
+        let allowed = max(0, min(count, state.end - state.received))
+        state.received += allowed
+        self.lanes[lane] = state
+        return allowed
+    }
+
+    /// Whether `lane` has received everything it should (and can stop reading).
+    public func hasReceivedAll(_ lane: Int) -> Bool {
+        guard let state = self.lanes[lane] else { return true }
+        return state.received >= state.end || self.done.contains(state.received..<state.end)
+    }
+
+    /// `count` bytes of `lane` reached the disk (in order, from its `written`). Returns the
+    /// lanes that have nothing left to do and should stop now (this one when done, and a
+    /// partner whose remainder these bytes covered).
+    public mutating func written(_ lane: Int, count: Int64) -> [Int] {
+        guard var state = self.lanes[lane], count > 0 else { return [] }
+        self.done.insert(state.written..<(state.written + count))
+        state.written += count
+        self.lanes[lane] = state
+        var finished: [Int] = []
+        for (id, other) in self.lanes where self.done.contains(other.written..<other.end) {
+            finished.append(id)
+        }
+        return finished.sorted()
+    }
+
+    /// `lane` ended (finished, stopped or failed); what it did not write is free again.
+    public mutating func laneEnded(_ lane: Int) {
+        guard let state = self.lanes.removeValue(forKey: lane) else { return }
+        if let partner = state.partner { self.lanes[partner]?.partner = nil }
+    }
+
+    /// The holes that no lane covers, in order.
+    public func unassignedHoles() -> [Range<Int64>] {
+        var covered = self.done
+        for lane in self.lanes.values { covered.insert(lane.written..<lane.end) }
+        return covered.gaps(in: 0..<self.length)
+    }
+
+    /// Bytes per second of `lane` so far (`nil` before it has run a little).
+    public func speed(_ lane: Lane, now: Double) -> Double? {
+        let elapsed = now - lane.startedAt
+        guard elapsed >= 0.2, lane.received > lane.start else { return nil }
+        return Double(lane.received - lane.start) / elapsed
+    }
+
+    /// How long `lane` will take to receive the rest, at its own speed (or, when it is new, at
+    /// the mean speed of the others; as if it were infinitely slow when nothing is known).
+    func secondsLeft(_ lane: Lane, now: Double) -> Double {
+        guard lane.remaining > 0 else { return 0 }
+        if let speed = self.speed(lane, now: now), speed > 0 { return Double(lane.remaining) / speed }
+        let speeds = self.lanes.values.compactMap { self.speed($0, now: now) }.filter { $0 > 0 }
+        guard !speeds.isEmpty else { return Double(lane.remaining) }
+        return Double(lane.remaining) / (speeds.reduce(0, +) / Double(speeds.count))
+    }
+
+    private mutating func open(_ range: Range<Int64>, now: Double) -> Assignment {
+        let id = self.nextLane
+        self.nextLane += 1
+        self.lanes[id] = Lane(start: range.lowerBound, received: range.lowerBound, written: range.lowerBound, end: range.upperBound, startedAt: now)
+        return Assignment(lane: id, range: range)
+    }
+}
