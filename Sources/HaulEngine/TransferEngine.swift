@@ -21,6 +21,11 @@ package final class TransferEngine: Sendable {
         /// Connections the pool keeps per host; `nil`: ``maximumConnectionsPerHost``. A daemon
         /// whose per-host limit changes at run time sets the highest it allows.
         package var connectionPoolSoftLimitPerHost: Int?
+        /// Connections one download may use at once (segmented downloads); 1: one request per
+        /// download, as URLSession does.
+        package var maximumConnectionsPerDownload: Int = 1
+        /// No segment is made smaller than this.
+        package var minimumSegmentBytes: Int64 = 1 << 20
         /// Redirects followed in one chain.
         package var maximumRedirects: Int = 16
         /// Proxies by scheme, and the hosts that bypass them.

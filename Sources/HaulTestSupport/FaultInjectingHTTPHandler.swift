@@ -242,7 +242,15 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
         let size = Int64(query["size"] ?? "") ?? 1 << 20
         let changeAfter = Int(query["changeAfter"] ?? "")
         let version: UInt64 = (changeAfter.map { number >= $0 } ?? false) ? 1 : 0
-        let seed = (UInt64(query["seed"] ?? "") ?? 1) &+ version &* 1_000_003
+        // A segment request (`bytes=N-M`) may get a fault of its own.
+        let requestedRange = head.headers.first(name: "Range").flatMap(Self.parseRange)
+        var rangeFault: String?
+        if let requestedRange, requestedRange.end != nil, let fault = query["rangeFault"] {
+            let rangeNumber = self.server.nextRangeRequestNumber(forKey: key)
+            if rangeNumber <= Int(query["rangeFaultTimes"] ?? "1") ?? 1 { rangeFault = fault }
+        }
+        let otherVersion: UInt64 = rangeFault == "otherEntity" ? 7 : 0
+        let seed = (UInt64(query["seed"] ?? "") ?? 1) &+ (version + otherVersion) &* 1_000_003
         let etagMode = query["etag"] ?? "strong"
         let tag = "\"\(name)-\(size)-\(seed)\""
         let lastModified = HTTPDate.format(Date(timeIntervalSince1970: 1_600_000_000 + Double(version) * 86_400))
@@ -269,9 +277,7 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
         var status = HTTPResponseStatus.ok
         var start: Int64 = 0
         var end = size
-        if supportsRanges, query["ignoreRange"] != "1", let range = head.headers.first(name: "Range"),
-            let requestedStart = Self.parseOpenRange(range)
-        {
+        if supportsRanges, query["ignoreRange"] != "1", rangeFault != "200", let (requestedStart, requestedEnd) = requestedRange {
             var honour = true
             if let ifRange = head.headers.first(name: "If-Range") {
                 honour = ifRange == tag || (etagMode != "strong" && ifRange == lastModified && query["lastModified"] != "0")
@@ -286,9 +292,11 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
                 }
                 status = .partialContent
                 start = requestedStart
-                if query["partialRange"] == "1" { end = min(size, start + 16) }
-                let shown = query["badContentRange"] == "1" ? start + 1 : start
-                headers.add(name: "Content-Range", value: "bytes \(shown)-\(end - 1)/\(size)")
+                if let requestedEnd { end = min(size, requestedEnd + 1) }
+                if query["partialRange"] == "1" { end = min(end, start + 16) }
+                let shown = query["badContentRange"] == "1" || rangeFault == "badContentRange" ? start + 1 : start
+                let shownSize = rangeFault == "length" ? size + 1 : size
+                headers.add(name: "Content-Range", value: "bytes \(shown)-\(end - 1)/\(shownSize)")
             }
         }
 
@@ -311,6 +319,18 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
             plan.stall = true
         }
         plan.bytesPerSecond = Double(query["rate"] ?? "")
+        switch rangeFault {
+        case "cut"?:
+            plan.stopAfter = Int64(query["rangeFaultAfter"] ?? "") ?? 65_536
+            plan.stopByReset = true
+        case "stall"?:
+            plan.stopAfter = Int64(query["rangeFaultAfter"] ?? "") ?? 65_536
+            plan.stall = true
+        case "slow"?:
+            plan.bytesPerSecond = Double(query["rangeFaultRate"] ?? "") ?? 262_144
+        default:
+            break
+        }
 
         context.writeAndFlush(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
         if head.method == .HEAD {
@@ -367,11 +387,15 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
         }
     }
 
-    /// Parses `bytes=N-` (the only form Haul sends); `nil` for anything else.
-    static func parseOpenRange(_ value: String) -> Int64? {
+    /// Parses `bytes=N-` and `bytes=N-M` (the forms Haul sends); `nil` for anything else.
+    static func parseRange(_ value: String) -> (start: Int64, end: Int64?)? {
         let trimmed = value.trimmingCharacters(in: .whitespaces)
-        guard trimmed.hasPrefix("bytes="), trimmed.hasSuffix("-") else { return nil }
-        return Int64(trimmed.dropFirst(6).dropLast())
+        guard trimmed.hasPrefix("bytes=") else { return nil }
+        let parts = trimmed.dropFirst(6).split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2, let start = Int64(parts[0]) else { return nil }
+        if parts[1].isEmpty { return (start, nil) }
+        guard let end = Int64(parts[1]), end >= start else { return nil }
+        return (start, end)
     }
 }
 

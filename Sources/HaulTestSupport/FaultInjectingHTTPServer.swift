@@ -23,6 +23,11 @@ import Synchronization
 ///   - `changeAfter=R` — from the `R`-th request of the key on, the entity is a new version
 ///     (other bytes, other validators).
 ///   - `badContentRange=1` — a 206 whose `Content-Range` starts one byte later than asked.
+///   - `rangeFault=F&rangeFaultTimes=T&rangeFaultAfter=B&rangeFaultRate=BPS` — the first `T`
+///     (default 1) requests for a closed range (`bytes=N-M`, a segment) of the key get fault
+///     `F`: `200` (the whole file), `badContentRange`, `otherEntity` (another version's bytes
+///     and validators in a 206), `cut` (reset after `B` bytes, default 64 KiB), `stall` (after
+///     `B` bytes), `slow` (`BPS`, default 256 KiB/s), `length` (a 206 naming another length).
 ///   - `partialRange=1` — a 206 covering only 16 bytes of the asked range.
 ///   - `range416=1` — every range request is answered 416.
 ///   - `fail503=T&retryAfter=S` — the first `T` requests are answered 503 with `Retry-After: S`.
@@ -53,6 +58,7 @@ public final class FaultInjectingHTTPServer: Sendable {
     struct Counters {
         var requests: [RecordedRequest] = []
         var requestsPerKey: [String: Int] = [:]
+        var rangeRequestsPerKey: [String: Int] = [:]
         var bodyBytesPerKey: [String: Int64] = [:]
         var openConnections = 0
         var peakOpenConnections = 0
@@ -146,6 +152,14 @@ public final class FaultInjectingHTTPServer: Sendable {
     }
 
     /// Counts a request for `key` and returns its 1-based number.
+    /// Counts requests for a closed range (`bytes=N-M`, a segment) of `key`; the number of this one.
+    func nextRangeRequestNumber(forKey key: String) -> Int {
+        self.state.withLock { state in
+            state.rangeRequestsPerKey[key, default: 0] += 1
+            return state.rangeRequestsPerKey[key]!
+        }
+    }
+
     func nextRequestNumber(forKey key: String) -> Int {
         self.state.withLock { state in
             state.requestsPerKey[key, default: 0] += 1

@@ -46,7 +46,8 @@ struct GetCommandTests {
         let directory = try makeTemporaryDirectory()
         let size: Int64 = 6_000_000
         let url = server.url("/file/big.iso?size=\(size)&seed=41&rate=3000000").absoluteString
-        let first = HaulProcess(["get", url], directory: directory)
+        // One connection: this is about a download written in order (segmented ones have tests of their own).
+        let first = HaulProcess(["get", "-x", "1", url], directory: directory)
         try first.start()
         let partial = directory.appendingPathComponent("big.iso.haul-part").path
         #expect(await waitUntil {
@@ -59,7 +60,7 @@ struct GetCommandTests {
         let kept = try #require(fileSize(partial))
         let sentBefore = server.bodyBytesSent(forKey: "big.iso")
 
-        let second = try await HaulProcess.run(["get", url], directory: directory)
+        let second = try await HaulProcess.run(["get", "-x", "1", url], directory: directory)
         #expect(second.status == 0, "\(second.standardError)")
         #expect(second.standardError.contains("continuing at"))
         #expect(listing(directory) == ["big.iso"])
@@ -76,7 +77,7 @@ struct GetCommandTests {
         let size: Int64 = 6_000_000
         // The first request stalls after 3 MB, so the process is surely mid-download when killed.
         let url = server.url("/file/crash.iso?size=\(size)&seed=43&stallAfter=3000000").absoluteString
-        let first = HaulProcess(["get", url], directory: directory)
+        let first = HaulProcess(["get", "-x", "1", url], directory: directory)
         try first.start()
         let partial = directory.appendingPathComponent("crash.iso.haul-part").path
         let checkpoint = directory.appendingPathComponent("crash.iso.haul-resume").path
@@ -86,7 +87,7 @@ struct GetCommandTests {
         let kept = try #require(fileSize(partial))
         let sentBefore = server.bodyBytesSent(forKey: "crash.iso")
 
-        let second = try await HaulProcess.run(["get", url], directory: directory)
+        let second = try await HaulProcess.run(["get", "-x", "1", url], directory: directory)
         #expect(second.status == 0, "\(second.standardError)")
         #expect(second.standardError.contains("continuing at"), "\(second.standardError)")
         #expect(listing(directory) == ["crash.iso"])

@@ -98,6 +98,8 @@ public final class TransferSession: Sendable {
         engineConfiguration.connectTimeout = .milliseconds(Int64(min(copy.timeoutIntervalForRequest, 30) * 1000))
         engineConfiguration.maximumConnectionsPerHost = copy.httpMaximumConnectionsPerHost
         engineConfiguration.maximumRedirects = copy.maximumRedirects
+        engineConfiguration.maximumConnectionsPerDownload = max(1, copy.haulMaximumConnectionsPerDownload)
+        engineConfiguration.minimumSegmentBytes = Int64(max(16 << 10, copy.haulMinimumSegmentBytes))
         engineConfiguration.proxies = copy.proxySettings
         engineConfiguration.tls.minimumVersion = copy.tlsMinimumSupportedProtocolVersion.nioVersion
         engineConfiguration.tls.maximumVersion = copy.tlsMaximumSupportedProtocolVersion.nioVersion

@@ -54,6 +54,15 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     public var httpAdditionalHeaders: [String: String]?
     /// Requests running at once against one host; more wait their turn. Default 6.
     public var httpMaximumConnectionsPerHost: Int = 6
+    /// Haul extension: connections one download task may use at once. Above 1, a download
+    /// whose server accepts byte ranges and names the file with a strong validator is fetched
+    /// in segments over several connections (adaptive: the slowest part is split, the tail is
+    /// raced), each checked to be the same entity; they count against
+    /// ``httpMaximumConnectionsPerHost``. Resume data carries the map of finished ranges.
+    /// Default 1: one request per task, as URLSession.
+    public var haulMaximumConnectionsPerDownload: Int = 1
+    /// Haul extension: no segment of a segmented download is smaller than this. Default 1 MiB.
+    public var haulMinimumSegmentBytes: Int = 1 << 20
     /// Redirects followed in one chain before the task fails with `httpTooManyRedirects`.
     /// Default 16, as URLSession.
     public var maximumRedirects: Int = 16
@@ -161,6 +170,8 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         copy.httpAdditionalHeaders = self.httpAdditionalHeaders
         copy.httpMaximumConnectionsPerHost = self.httpMaximumConnectionsPerHost
         copy.maximumRedirects = self.maximumRedirects
+        copy.haulMaximumConnectionsPerDownload = self.haulMaximumConnectionsPerDownload
+        copy.haulMinimumSegmentBytes = self.haulMinimumSegmentBytes
         copy.temporaryDirectory = self.temporaryDirectory
         copy.allowsCellularAccess = self.allowsCellularAccess
         copy.isDiscretionary = self.isDiscretionary

@@ -481,3 +481,17 @@ final class OnceFlag: Sendable {
         !self.claimed.exchange(true, ordering: .relaxed)
     }
 }
+
+extension TransferSessionTask {
+    /// Haul extension: connections fetching this task's body now (more than one while a
+    /// download is segmented; see `haulMaximumConnectionsPerDownload`), 0 when none.
+    public var haulConnectionCount: Int {
+        self.inner.withLock { $0.run }?.connectionCount ?? 0
+    }
+
+    /// Where the task could continue from if it stopped now: for a segmented download, the map
+    /// of bytes written so far (sync the partial file before recording it).
+    package var currentResumePoint: ResumePoint? {
+        self.inner.withLock { $0.run }?.currentResumePoint
+    }
+}

@@ -49,7 +49,10 @@ struct DownloadJob: Sendable {
                 reporter.note("\(self.checkpointPath) has no partial file left; starting over")
                 return nil
             }
-            decoded.resumePoint.offset = min(onDisk, decoded.resumePoint.entityLength ?? onDisk)
+            if decoded.resumePoint.mapped != true {
+                // Written in order: the file's size is how far it got.
+                decoded.resumePoint.offset = min(onDisk, decoded.resumePoint.entityLength ?? onDisk)
+            }
             guard decoded.originalURL == self.url || decoded.url == self.url else {
                 reporter.note("\(self.checkpointPath) belongs to another URL; starting over")
                 return nil

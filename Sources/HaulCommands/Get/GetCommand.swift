@@ -42,6 +42,12 @@ struct GetCommand: AsyncParsableCommand {
     @Option(name: [.customShort("j"), .customLong("jobs")], help: "Downloads running at once (default 1 for one URL, 4 for several).")
     var jobs: Int?
 
+    @Option(
+        name: [.customShort("x"), .customLong("max-connections")],
+        help: "Connections per download (segments of one file at once, as aria2c -x / axel -n); 1: one connection. Default 16."
+    )
+    var maxConnections: Int = 16
+
     @Option(name: .customLong("retries"), help: "Retries after a transient failure.")
     var retries: Int = 5
 
@@ -101,6 +107,7 @@ struct GetCommand: AsyncParsableCommand {
         }
         if self.output != nil, self.directory != nil { throw ValidationError("use either -o FILE or -d DIR, not both") }
         if let jobs, !(1...256).contains(jobs) { throw ValidationError("-j takes a number from 1 to 256") }
+        guard (1...64).contains(self.maxConnections) else { throw ValidationError("-x takes a number from 1 to 64") }
         guard (0...100).contains(self.retries) else { throw ValidationError("--retries takes a number from 0 to 100") }
         guard self.timeout > 0 else { throw ValidationError("--timeout must be positive") }
         for header in self.headers where !header.contains(":") {
@@ -159,6 +166,7 @@ struct GetCommand: AsyncParsableCommand {
             retryPolicy: RetryPolicy(maximumAttempts: self.retries + 1),
             idleTimeout: self.timeout,
             parallelism: parallelism,
+            connectionsPerDownload: self.maxConnections,
             output: self.quiet ? .quiet : (Terminal.isInteractive ? .live : .lines),
             trustedCertificates: trustedCertificates,
             pinnedKeys: pinnedKeys,

@@ -19,6 +19,8 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         var retryPolicy: RetryPolicy
         var idleTimeout: Double
         var parallelism: Int
+        /// `-x`: connections per download (segmented when above 1).
+        var connectionsPerDownload: Int = 1
         var output: ProgressReporter.Mode
         /// `--cacert`: roots trusted besides the system's.
         var trustedCertificates: TransferTrustedCertificates? = nil
@@ -66,6 +68,9 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
     /// than to checkpoint).
     static let crashCheckpointBytes: Int64 = 1 << 20
     static let crashCheckpointInterval: Double = 1
+    /// A segmented download's map is recorded every second or this many bytes (each time after
+    /// syncing the file): what a crash makes it fetch again.
+    static let segmentedCheckpointBytes: Int64 = 64 << 20
 
     let options: Options
     private let lock = NSLock()
@@ -91,7 +96,8 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         configuration.tlsAdditionalTrustedCertificates = self.options.trustedCertificates
         configuration.urlCache = nil
         configuration.timeoutIntervalForRequest = self.options.idleTimeout
-        configuration.httpMaximumConnectionsPerHost = max(6, self.options.parallelism)
+        configuration.httpMaximumConnectionsPerHost = max(6, self.options.parallelism, self.options.connectionsPerDownload)
+        configuration.haulMaximumConnectionsPerDownload = self.options.connectionsPerDownload
         self.session = TransferSession(configuration: configuration, delegate: self, delegateQueue: nil)
         let signalSource = self.installInterruptHandler()
         self.reporter.start(totalFiles: urls.count)
@@ -271,6 +277,20 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
     /// confirms the entity.
     private func writeCrashCheckpoint(_ task: TransferSessionDownloadTask, job: DownloadJob, bytes: Int64, expected: Int64) {
         guard let response = task.response as? HTTPURLResponse, let url = response.url else { return }
+        if let point = task.currentResumePoint, point.mapped == true {
+            // The map first, then the bytes it names to disk, then the map to its file: a crash
+            // at any moment leaves a map that claims only synced bytes.
+            PartialFile.syncData(atPath: job.partialPath)
+            let data = ResumeData(
+                url: url,
+                originalURL: job.url,
+                requestHeaders: HTTPHeaderFields(self.options.headers.map { ($0.0, $0.1) }),
+                partialFilePath: job.partialPath,
+                resumePoint: point
+            )
+            job.saveCheckpoint(data.encoded())
+            return
+        }
         let headers = HTTPHeaderFields(response.allHeaderFields.compactMap { key, value in
             (key as? String).map { ($0, "\(value)") }
         })
@@ -400,8 +420,12 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         totalBytesWritten: Int64,
         totalBytesExpectedToWrite: Int64
     ) {
+        // A segmented download records its map at every due point (its file's size says
+        // nothing); one written in order needs one checkpoint (the file's size says the rest).
+        let segmented = downloadTask.haulConnectionCount > 1
         let due = self.lock.withLock { () -> DownloadJob? in
-            guard let entry = self.pending[downloadTask.taskIdentifier], !entry.checkpointed else { return nil }
+            guard let entry = self.pending[downloadTask.taskIdentifier], !entry.checkpointed || segmented else { return nil }
+            if segmented { self.pending[downloadTask.taskIdentifier]!.cadence.bytes = Self.segmentedCheckpointBytes }
             guard self.pending[downloadTask.taskIdentifier]!.cadence.isDue(total: totalBytesWritten, now: Self.monotonicNow()) else {
                 return nil
             }
@@ -415,7 +439,8 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
             name: job.displayName,
             bytesWritten: bytesWritten,
             total: totalBytesWritten,
-            expected: totalBytesExpectedToWrite
+            expected: totalBytesExpectedToWrite,
+            connections: downloadTask.haulConnectionCount
         )
     }
 

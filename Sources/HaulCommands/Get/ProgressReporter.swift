@@ -19,6 +19,7 @@ final class ProgressReporter: @unchecked Sendable {
         var name: String
         var total: Int64
         var expected: Int64
+        var connections = 1
         var meter = TransferRateMeter()
     }
 
@@ -66,11 +67,12 @@ final class ProgressReporter: @unchecked Sendable {
 
     func jobStarted(_ name: String) {}
 
-    func progress(task: Int, name: String, bytesWritten: Int64, total: Int64, expected: Int64) {
+    func progress(task: Int, name: String, bytesWritten: Int64, total: Int64, expected: Int64, connections: Int = 1) {
         let now = self.now
         self.lock.withLock {
             var entry = self.active[task] ?? Active(name: name, total: 0, expected: expected)
             entry.total = total
+            entry.connections = connections
             entry.expected = expected
             entry.meter.record(total: total, at: now)
             self.active[task] = entry
@@ -136,6 +138,7 @@ final class ProgressReporter: @unchecked Sendable {
                 received: entry.total,
                 expected: entry.expected >= 0 ? entry.expected : nil,
                 bytesPerSecond: entry.meter.bytesPerSecond,
+                connections: entry.connections,
                 width: width
             )
         }

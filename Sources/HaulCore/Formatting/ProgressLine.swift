@@ -6,15 +6,18 @@ public enum ProgressLine {
     ///   - received: bytes of the entity on disk.
     ///   - expected: the entity length, if known.
     ///   - bytesPerSecond: the current rate, if known.
+    ///   - connections: connections fetching it, shown when more than one (`x8`).
     ///   - width: the terminal width in columns.
     public static func render(
         name: String,
         received: Int64,
         expected: Int64?,
         bytesPerSecond: Double?,
+        connections: Int = 1,
         width: Int
     ) -> String {
-        let rate = bytesPerSecond.map { ByteCountFormatting.rate(bytesPerSecond: $0) } ?? "-- B/s"
+        var rate = bytesPerSecond.map { ByteCountFormatting.rate(bytesPerSecond: $0) } ?? "-- B/s"
+        if connections > 1 { rate += " x\(connections)" }
         var right: String
         var percentText = ""
         var fraction: Double?

@@ -108,6 +108,52 @@ public enum RangeResumeRules {
         }
     }
 
+    /// What the answer to one segment's request (`Range: bytes=asked` with `If-Range`) means.
+    public enum SegmentVerdict: Sendable, Hashable {
+        /// A `206` with exactly the asked start, the entity's length and validators.
+        case usable
+        /// The entity is not the one the other bytes came from: drop every byte of it.
+        case entityChanged(String)
+        /// This answer cannot be used (the server ignores ranges, lies, or failed); the other
+        /// bytes stay valid.
+        case notUsable(String)
+    }
+
+    /// Judges the head of an answer to a segment request for `asked` of an entity of `length`
+    /// bytes identified by `validators`. Bytes are only used from a `206` whose
+    /// `Content-Range` starts exactly at the asked offset, ends inside the asked range, names
+    /// the same length, and whose validators (when sent) name the same entity.
+    public static func judgeSegment(
+        status: Int,
+        headers: HTTPHeaderFields,
+        asked: Range<Int64>,
+        length: Int64,
+        validators: EntityValidators
+    ) -> SegmentVerdict {
+        let answered = EntityValidators(headers: headers)
+        let differs = answered.ifRangeValue != nil && !answered.identifiesSameEntity(as: validators)
+        if status == 200 {
+            // With If-Range, a 200 is the server's way to say the entity changed; without a
+            // different validator it may simply ignore ranges.
+            return differs ? .entityChanged("a range request was answered with a different entity") : .notUsable("the server answered a range request with the whole file (200)")
+        }
+        guard status == 206 else { return .notUsable("the server answered a range request with status \(status)") }
+        guard let value = headers["Content-Range"], case .satisfied(let first, let last, let complete)? = ContentRange(headerValue: value) else {
+            return .notUsable("a 206 answer without a single-part Content-Range")
+        }
+        guard first == asked.lowerBound, last >= first, last < asked.upperBound else {
+            return .notUsable("asked for bytes \(asked.lowerBound)-\(asked.upperBound - 1), got Content-Range \(value)")
+        }
+        if let complete, complete != length {
+            return .entityChanged("the length changed from \(length) to \(complete) bytes")
+        }
+        if differs { return .entityChanged("a 206 answer names a different entity") }
+        if let sent = headers["Content-Length"].flatMap({ Int64(strictDecimal: $0.trimmingASCIIWhitespace()) }), sent != last - first + 1 {
+            return .notUsable("Content-Length \(sent) disagrees with Content-Range \(value)")
+        }
+        return .usable
+    }
+
     /// The `Content-Length` of an identity-encoded response, if it sent one.
     public static func contentLength(of headers: HTTPHeaderFields) -> Int64? {
         if let encoding = headers["Content-Encoding"]?.lowercased(), encoding != "identity" { return nil }

@@ -83,6 +83,11 @@ public struct ResumeData: Sendable, Hashable, Codable {
         if let length = value.resumePoint.entityLength, length < value.resumePoint.offset {
             throw .malformed("offset beyond the entity length")
         }
+        if let segments = value.resumePoint.segments, let last = segments.ranges.last {
+            guard let length = value.resumePoint.entityLength, last.upperBound <= length else {
+                throw .malformed("segments beyond the entity length")
+            }
+        }
         guard value.partialFilePath.hasPrefix("/") else { throw .malformed("partial file path is not absolute") }
         guard value.resumePoint.validators.ifRangeValue != nil else { throw .malformed("no validator to resume with") }
         return value

@@ -137,6 +137,19 @@ public struct SegmentPlan: Sendable {
         return finished.sorted()
     }
 
+    /// Moves `lane`'s end as far as its request can go (an open-ended one, like lane 0's): up
+    /// to the next byte on disk or claimed by another lane, or the end. Used when no other lane
+    /// can take the rest.
+    public mutating func extend(_ lane: Int) {
+        guard var state = self.lanes[lane] else { return }
+        var limit = self.done.nextCovered(from: state.received) ?? self.length
+        for (id, other) in self.lanes where id != lane && other.written >= state.received && other.written < other.end {
+            limit = min(limit, other.written)
+        }
+        state.end = max(state.end, limit)
+        self.lanes[lane] = state
+    }
+
     /// `lane` ended (finished, stopped or failed); what it did not write is free again.
     public mutating func laneEnded(_ lane: Int) {
         guard let state = self.lanes.removeValue(forKey: lane) else { return }

@@ -44,6 +44,9 @@ public struct DownloadStateMachine: Sendable {
         var isResumable: Bool
         var expectedTotal: Int64?
         var bytesOnDisk: Int64
+        /// Ranges of this entity on disk beyond the bytes written in order (a resumed segmented
+        /// download).
+        var segments: ByteRangeSet? = nil
     }
 
     private var state: State
@@ -105,9 +108,10 @@ public struct DownloadStateMachine: Sendable {
                 lastModified: validators.lastModified ?? resume.validators.lastModified
             )
             self.state = .receivingBody(
-                Body(validators: kept, isResumable: true, expectedTotal: entityLength, bytesOnDisk: offset)
+                Body(validators: kept, isResumable: true, expectedTotal: entityLength, bytesOnDisk: offset, segments: resume.segments)
             )
-            return .writeBody(fileOffset: offset, truncateFile: true, resumedAtOffset: offset, expectedTotal: entityLength)
+            // Bytes beyond the offset that the resume point vouches for stay in the file.
+            return .writeBody(fileOffset: offset, truncateFile: resume.segments == nil, resumedAtOffset: offset, expectedTotal: entityLength)
         case .startOver(let entityLength):
             self.state = .receivingBody(
                 Body(validators: validators, isResumable: isResumable, expectedTotal: entityLength, bytesOnDisk: 0)
@@ -146,6 +150,13 @@ public struct DownloadStateMachine: Sendable {
         case .idle(let resume), .awaitingHead(let resume): resume?.offset ?? 0
         case .finished, .failed: 0
         }
+    }
+
+    /// The entity whose body is being written: its validators, whether it can be resumed (and
+    /// so fetched in ranges), and the ranges of it on disk beyond the bytes written in order.
+    public var entity: (validators: EntityValidators, isResumable: Bool, segments: ByteRangeSet?)? {
+        guard case .receivingBody(let body) = self.state else { return nil }
+        return (body.validators, body.isResumable, body.segments)
     }
 
     /// The complete length announced for the entity, if any.

@@ -87,6 +87,18 @@ package final class HostConnectionLimiter: Sendable {
         }
     }
 
+    /// Takes a slot of `host` when one is free and nobody waits for one (extra connections of a
+    /// segmented download never jump the line of other exchanges).
+    package func tryAcquire(host: String) -> Bool {
+        self.state.withLock { state in
+            var entry = state.hosts[host, default: HostState()]
+            guard entry.inUse < state.limit, entry.waiters.isEmpty else { return false }
+            entry.inUse += 1
+            state.hosts[host] = entry
+            return true
+        }
+    }
+
     /// Gives a slot of `host` back, handing it to the longest waiter if any.
     package func release(host: String) {
         let next = self.state.withLock { state -> Waiter? in

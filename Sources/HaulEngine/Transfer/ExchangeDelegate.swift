@@ -3,6 +3,7 @@ import Foundation
 import HaulCore
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 
 /// The AsyncHTTPClient delegate for one request/response exchange of a ``TransferRun``: asks the
 /// run's ``DownloadStateMachine`` what to do with the head, then hands each body chunk, without a
@@ -25,6 +26,8 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         case failed(URLError)
         /// The server answered with an unsuccessful `status` (kept typed for the retry rules).
         case serverStatus(Int, URLError)
+        /// A segmented download's first lane has all its bytes; the others go on.
+        case segmentDone
     }
 
     private enum Mode {
@@ -56,6 +59,12 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
     var fileWriter: FileBodyWriter? {
         if case .toFile(_, let writer) = self.mode { writer } else { nil }
     }
+
+    /// The TLS configuration the request was sent with (the extra lanes of a segmented download
+    /// use it too).
+    var tlsConfiguration: TLSConfiguration?
+    /// The other lanes, when the body is fetched over several connections.
+    private(set) var segments: SegmentGroup?
 
     init(run: TransferRun, request: TransferRequest) {
         self.run = run
@@ -142,10 +151,15 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         case .writeBody(let fileOffset, let truncateFile, let resumedAtOffset, let expectedTotal):
             // Opening and truncating touch the disk: the writer's first job, off the event loop.
             let run = self.run
+            let group = run.makeSegmentGroup(response: response, request: self.request, fileOffset: fileOffset, path: path, tlsConfiguration: self.tlsConfiguration)
+            self.segments = group
+            let eventLoop = task.eventLoop
             let writer = FileBodyWriter(
                 open: { () throws(URLError) -> PartialFile in
                     let file = try run.openFile(path: path)
                     if truncateFile { try file.truncate(to: fileOffset) }
+                    // Other lanes write only once the file is cut where it had to be.
+                    if let group { eventLoop.execute { group.fileIsReady() } }
                     return file
                 },
                 offset: fileOffset,
@@ -156,7 +170,11 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                     state.machine.bodyPartWritten(byteCount: count)
                     return (state.machine.bytesOnDisk, state.machine.expectedTotal)
                 }
-                run.observer.transferRun(run, didWrite: count, totalOnDisk: total, expectedTotal: expected)
+                if let group {
+                    group.written(0, count: count)
+                } else {
+                    run.observer.transferRun(run, didWrite: count, totalOnDisk: total, expectedTotal: expected)
+                }
             }
             self.mode = .toFile(response, writer)
             self.run.observer.transferRun(self.run, didReceive: response, resumedAtOffset: resumedAtOffset, expectedTotal: expectedTotal)
@@ -187,20 +205,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         self.record.responseBodyBytes += Int64(buffer.readableBytes)
         switch self.mode {
         case .toFile(_, let writer):
-            let count = buffer.readableBytes
-            // A failed write ends the exchange with the file's error ("No space left on device").
-            let room = writer.enqueue(buffer)?.flatMapErrorThrowing { error in
-                throw Abort.failed(error as? URLError ?? URLError(.cannotWriteToFile))
-            }
-            var pause = TimeAmount.zero
-            // No array per chunk: this runs for every network read of a limited download.
-            for limiter in self.run.bandwidthLimiters { pause = max(pause, limiter.take(count)) }
-            if pause > .zero {
-                // Not reading for a while is what slows the sender down (TCP back-pressure).
-                let paused = task.eventLoop.scheduleTask(in: pause) {}.futureResult
-                return room.map { paused.and($0).map { _ in } } ?? paused
-            }
-            if let room { return room }
+            return self.writeToFile(buffer, writer: writer, task: task)
         case .toObserver:
             if var body = self.cacheBody {
                 self.cacheBody = nil  // no copy-on-write while appending
@@ -231,6 +236,42 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
             break
         }
         return task.eventLoop.makeSucceededVoidFuture()
+    }
+
+    /// Queues a body chunk for the file, within the lane of a segmented download, honouring
+    /// the speed limits and the writer's room.
+    private func writeToFile(_ buffer: ByteBuffer, writer: FileBodyWriter, task: HTTPClient.Task<Response>) -> EventLoopFuture<Void> {
+        var buffer = buffer
+        if let group = self.segments {
+            // Lane 0 stops where another lane's bytes begin; bytes past that point wait until
+            // it is known whether that lane delivers.
+            let allowed = group.received(0, count: buffer.readableBytes)
+            if group.hasReceivedAll(0) {
+                let rest = buffer.getSlice(at: buffer.readerIndex + allowed, length: buffer.readableBytes - allowed)!
+                if allowed > 0 { _ = writer.enqueue(buffer.getSlice(at: buffer.readerIndex, length: allowed)!) }
+                return group.primaryAtEnd().flatMap { goesOn in
+                    guard goesOn else {
+                        group.markPrimaryLaneDone()
+                        return task.eventLoop.makeFailedFuture(Abort.segmentDone)
+                    }
+                    return rest.readableBytes > 0 ? self.writeToFile(rest, writer: writer, task: task) : task.eventLoop.makeSucceededVoidFuture()
+                }
+            }
+        }
+        let count = buffer.readableBytes
+        // A failed write ends the exchange with the file's error ("No space left on device").
+        let room = writer.enqueue(buffer)?.flatMapErrorThrowing { error in
+            throw Abort.failed(error as? URLError ?? URLError(.cannotWriteToFile))
+        }
+        var pause = TimeAmount.zero
+        // No array per chunk: this runs for every network read of a limited download.
+        for limiter in self.run.bandwidthLimiters { pause = max(pause, limiter.take(count)) }
+        if pause > .zero {
+            // Not reading for a while is what slows the sender down (TCP back-pressure).
+            let paused = task.eventLoop.scheduleTask(in: pause) {}.futureResult
+            return room.map { paused.and($0).map { _ in } } ?? paused
+        }
+        return room ?? task.eventLoop.makeSucceededVoidFuture()
     }
 
     func didReceiveError(task: HTTPClient.Task<Response>, _ error: any Error) {}

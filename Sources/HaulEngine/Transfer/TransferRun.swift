@@ -46,6 +46,18 @@ package final class TransferRun: Sendable {
         var cacheCandidate: StoredResponse?
         /// One record per exchange so far (and per answer from the cache).
         var transactions: [TransactionRecord] = []
+        /// The extra connections of a segmented download, once the response allowed them.
+        var segments: SegmentGroup?
+        /// Times a lane's answer named another entity and the run asked again.
+        var segmentRestarts = 0
+
+        /// Where the download could continue from after it stopped: the map of a segmented
+        /// download, else what the state machine wrote in order.
+        mutating func stopPoint() -> ResumePoint? {
+            let point = self.machine.transferStopped()
+            guard let segments else { return point }
+            return segments.resumePoint
+        }
     }
 
     let engine: TransferEngine
@@ -108,13 +120,23 @@ package final class TransferRun: Sendable {
         task?.cancel()
         running?.cancel()
         loader?.stop()
+        self.state.withLock { $0.segments }?.stop()
     }
 
     /// What each exchange of the run measured, in order. Complete once the run has ended.
     package var transactions: [TransactionRecord] { self.state.withLock { $0.transactions } }
 
     /// Bytes of the entity on disk right now.
-    package var bytesOnDisk: Int64 { self.state.withLock { $0.machine.bytesOnDisk } }
+    package var bytesOnDisk: Int64 { self.state.withLock { $0.segments?.doneBytes ?? $0.machine.bytesOnDisk } }
+
+    /// Connections fetching this download's body now (more than one when segmented).
+    package var connectionCount: Int { self.state.withLock { $0.segments?.laneCount ?? ($0.currentTask == nil ? 0 : 1) } }
+
+    /// Where the download could continue from if it stopped now (a segmented download's map of
+    /// what is on disk; sync the file before recording it).
+    package var currentResumePoint: ResumePoint? {
+        self.state.withLock { $0.segments?.resumePoint ?? $0.machine.resumePoint }
+    }
 
     // MARK: - The run loop
 
@@ -224,7 +246,7 @@ package final class TransferRun: Sendable {
     func stoppedOutcome() -> TransferOutcome? {
         self.state.withLock { state -> TransferOutcome? in
             guard let reason = state.stopReason else { return nil }
-            let point = state.machine.transferStopped()
+            let point = state.stopPoint()
             if reason == .resourceTimeout {
                 return .failed(
                     TransferFailure(URLError(.timedOut, userInfo: [NSLocalizedDescriptionKey: "the resource timeout ran out"])),
@@ -238,7 +260,7 @@ package final class TransferRun: Sendable {
 
     func failure(_ error: URLError, serverStatus: Int? = nil) -> TransferOutcome {
         self.state.withLock { state in
-            .failed(TransferFailure(error, serverStatus: serverStatus), response: state.lastResponse, resumePoint: state.machine.transferStopped())
+            .failed(TransferFailure(error, serverStatus: serverStatus), response: state.lastResponse, resumePoint: state.stopPoint())
         }
     }
 
@@ -325,6 +347,7 @@ package final class TransferRun: Sendable {
         var sentRequest = request
         sentRequest.headers = headers
         let delegate = ExchangeDelegate(run: self, request: sentRequest)
+        delegate.tlsConfiguration = tlsConfiguration
         // `.indifferent`: the client's group is the engine's single loop, so delegate and
         // channel share it anyway, and the pool never opens "overflow" connections beyond the
         // per-host limit as it does for requests that require a particular loop.
@@ -358,6 +381,7 @@ package final class TransferRun: Sendable {
             case .requestAgainWithoutRange: result = .requestAgainWithoutRange
             case .failed(let urlError): result = .failed(urlError)
             case .serverStatus(let status, let urlError): result = .failed(urlError, serverStatus: status)
+            case .segmentDone: result = .failed(URLError(.cancelled))
             }
         case .failure(let error):
             result = .failed(Self.urlError(for: error, url: request.url))
@@ -366,6 +390,7 @@ package final class TransferRun: Sendable {
         // meanwhile.
         if let writeFailure { result = .failed(writeFailure) }
         self.state.withLock { $0.currentTask = nil }
+        if let group = delegate.segments { result = await self.finishSegments(group, result: result) }
         return result
     }
 
