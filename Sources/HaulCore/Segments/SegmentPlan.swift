@@ -26,6 +26,8 @@ public struct SegmentPlan: Sendable {
         public var startedAt: Double
         /// The lane this one duplicates, or the one duplicating it.
         public var partner: Int?
+        /// When its last byte arrived (the start before the first).
+        public var lastReceivedAt: Double
 
         public var remaining: Int64 { max(0, self.end - self.received) }
     }
@@ -51,7 +53,7 @@ public struct SegmentPlan: Sendable {
     public let endGameSeconds: Double
     private var nextLane = 1
 
-    public init(length: Int64, done: ByteRangeSet = ByteRangeSet(), minimumSegment: Int64 = 1 << 20, endGameSeconds: Double = 1) {
+    public init(length: Int64, done: ByteRangeSet = ByteRangeSet(), minimumSegment: Int64 = 1 << 20, endGameSeconds: Double = 0.2) {
         precondition(length >= 0)
         self.length = length
         var kept = done
@@ -70,7 +72,7 @@ public struct SegmentPlan: Sendable {
     /// on disk (or the end).
     public mutating func addPrimary(at offset: Int64, now: Double) {
         let end = self.done.nextCovered(from: offset) ?? self.length
-        self.lanes[0] = Lane(start: offset, received: offset, written: offset, end: max(offset, end), startedAt: now)
+        self.lanes[0] = Lane(start: offset, received: offset, written: offset, end: max(offset, end), startedAt: now, lastReceivedAt: now)
     }
 
     /// What a free connection should fetch, or `nil` when nothing is worth another connection.
@@ -108,10 +110,11 @@ public struct SegmentPlan: Sendable {
     /// `count` bytes arrived for `lane`; how many of them it may queue for the disk (its end
     /// may have moved). When the answer is less than `count`, or the lane has reached its end,
     /// the lane should stop fetching.
-    public mutating func received(_ lane: Int, count: Int64) -> Int64 {
+    public mutating func received(_ lane: Int, count: Int64, now: Double? = nil) -> Int64 {
         guard var state = self.lanes[lane] else { return 0 }
         let allowed = max(0, min(count, state.end - state.received))
         state.received += allowed
+        if let now, allowed > 0 { state.lastReceivedAt = now }
         self.lanes[lane] = state
         return allowed
     }
@@ -171,10 +174,13 @@ public struct SegmentPlan: Sendable {
     }
 
     /// How long `lane` will take to receive the rest, at its own speed (or, when it is new, at
-    /// the mean speed of the others; as if it were infinitely slow when nothing is known).
+    /// the mean speed of the others; as if it were infinitely slow when nothing is known),
+    /// plus how long it has been silent: a lane that stalls (a server pausing it, a dead
+    /// connection) looks slower the longer it stays silent.
     func secondsLeft(_ lane: Lane, now: Double) -> Double {
         guard lane.remaining > 0 else { return 0 }
-        if let speed = self.speed(lane, now: now), speed > 0 { return Double(lane.remaining) / speed }
+        let silent = max(0, now - lane.lastReceivedAt)
+        if let speed = self.speed(lane, now: now), speed > 0 { return Double(lane.remaining) / speed + silent }
         let speeds = self.lanes.values.compactMap { self.speed($0, now: now) }.filter { $0 > 0 }
         guard !speeds.isEmpty else { return Double(lane.remaining) }
         return Double(lane.remaining) / (speeds.reduce(0, +) / Double(speeds.count))
@@ -183,7 +189,7 @@ public struct SegmentPlan: Sendable {
     private mutating func open(_ range: Range<Int64>, now: Double) -> Assignment {
         let id = self.nextLane
         self.nextLane += 1
-        self.lanes[id] = Lane(start: range.lowerBound, received: range.lowerBound, written: range.lowerBound, end: range.upperBound, startedAt: now)
+        self.lanes[id] = Lane(start: range.lowerBound, received: range.lowerBound, written: range.lowerBound, end: range.upperBound, startedAt: now, lastReceivedAt: now)
         return Assignment(lane: id, range: range)
     }
 }

@@ -48,6 +48,8 @@ final class SegmentGroup: @unchecked Sendable {
     /// The entity changed under the download: every lane stops and no byte on disk counts.
     private(set) var entityChanged: URLError?
     private var waiters: [EventLoopPromise<Void>] = []
+    /// The next look at the plan while connections are free.
+    private var recheck: Scheduled<Void>?
     /// Lanes whose answer head was checked and found usable.
     private var validated: Set<Int> = []
     /// The run's own exchange at its lane's end, waiting to learn whether the lane after it
@@ -123,7 +125,7 @@ final class SegmentGroup: @unchecked Sendable {
 
     /// How many of `count` bytes arriving on `lane` belong to it.
     func received(_ lane: Int, count: Int) -> Int {
-        Int(self.plan.received(lane, count: Int64(count)))
+        Int(self.plan.received(lane, count: Int64(count), now: self.now))
     }
 
     func hasReceivedAll(_ lane: Int) -> Bool {
@@ -246,6 +248,14 @@ final class SegmentGroup: @unchecked Sendable {
             self.start(assignment)
         }
         self.updateLaneCount()
+        // With connections to spare, look again soon: a lane that goes silent is worth
+        // fetching a second time even when no byte arrives anywhere to wake the plan up.
+        if self.plan.lanes.count < self.budget, !self.plan.lanes.isEmpty, self.recheck == nil {
+            self.recheck = self.eventLoop.scheduleTask(in: .milliseconds(50)) {
+                self.recheck = nil
+                self.fill()
+            }
+        }
     }
 
     private func start(_ assignment: SegmentPlan.Assignment) {
@@ -334,6 +344,8 @@ final class SegmentGroup: @unchecked Sendable {
 
     private func checkDone() {
         guard !self.primaryRunning, self.helpers.isEmpty, !self.waiters.isEmpty else { return }
+        self.recheck?.cancel()
+        self.recheck = nil
         let waiters = self.waiters
         self.waiters.removeAll()
         for waiter in waiters { waiter.succeed(()) }
