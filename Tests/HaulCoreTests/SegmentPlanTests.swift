@@ -156,6 +156,38 @@ struct SegmentPlanTests {
         #expect(plan.isComplete)
     }
 
+    @Test("End game: when the copy is slow too, another copy is tried; a silent lane counts as slow")
+    func slowCopyAndSilence() throws {
+        var plan = SegmentPlan(length: 4 * mib, minimumSegment: mib)
+        plan.addPrimary(at: 0, now: 0)
+        let second = try assign(&plan, now: 0)
+        _ = plan.received(second.lane, count: 2 * mib, now: 0.5)
+        _ = plan.written(second.lane, count: 2 * mib)
+        plan.laneEnded(second.lane)
+        _ = plan.received(0, count: mib / 4, now: 1)
+        let copy = try assign(&plan, now: 1)
+        #expect(copy.duplicating == 0)
+        // A second later both crawl (64 KiB each): a third lane takes the same remainder.
+        _ = plan.received(0, count: 64 << 10, now: 2)
+        _ = plan.received(copy.lane, count: 64 << 10, now: 2)
+        let third = try assign(&plan, now: 2)
+        #expect(third.duplicating == 0 || third.duplicating == copy.lane)
+
+        // Silence: a lane with a tiny remainder that stops sending is copied once it has been
+        // quiet longer than the end-game threshold.
+        var quiet = SegmentPlan(length: 3 * mib, minimumSegment: mib)
+        quiet.addPrimary(at: 0, now: 0)
+        let other = try assign(&quiet, now: 0)
+        _ = quiet.received(other.lane, count: quiet.lanes[other.lane]!.remaining, now: 0.5)
+        _ = quiet.written(other.lane, count: quiet.lanes[other.lane]!.end - quiet.lanes[other.lane]!.start)
+        quiet.laneEnded(other.lane)
+        _ = quiet.received(0, count: quiet.lanes[0]!.end - 1000, now: 0.5)
+        let early = quiet.assign(now: 0.55)
+        #expect(early == nil, "1,000 bytes at full speed: nothing to do yet")
+        let late = try assign(&quiet, now: 0.9)
+        #expect(late.duplicating == 0 && late.range.count == 1000, "silent for 0.4 s: fetched again")
+    }
+
     @Test("A lane that ends early gives its unwritten bytes back; a resumed plan skips what is on disk")
     func laneEndedAndResume() throws {
         var plan = SegmentPlan(length: 10 * mib, done: ByteRangeSet([0..<2 * mib, 6 * mib..<7 * mib]))

@@ -94,8 +94,12 @@ public struct SegmentPlan: Sendable {
         }
         // 3. End game: fetch the slowest remainder a second time.
         // Only lanes whose speed is known: a lane that just started is not slow yet.
-        let slow = estimates.filter {
-            $0.lane.partner == nil && $0.lane.remaining > 0 && self.speed($0.lane, now: now) != nil && $0.seconds > self.endGameSeconds
+        // A pair whose both halves are slow (the copy landed on a slow connection too) gets
+        // another copy; a copy that has not shown its speed yet is given time first.
+        let slow = estimates.filter { estimate in
+            guard estimate.lane.remaining > 0, self.speed(estimate.lane, now: now) != nil, estimate.seconds > self.endGameSeconds else { return false }
+            guard let partner = estimate.lane.partner.flatMap({ self.lanes[$0] }) else { return true }
+            return self.speed(partner, now: now) != nil && self.secondsLeft(partner, now: now) > self.endGameSeconds
         }
         if let victim = slow.max(by: { ($0.seconds, $1.id) < ($1.seconds, $0.id) }) {
             var assignment = self.open(victim.lane.received..<victim.lane.end, now: now)
