@@ -35,7 +35,9 @@ struct SegmentedDownloadTests {
         #expect(await env.delegate.completion(of: resumed) == nil)
         #expect(env.delegate.finishedDigests == [TestContent.sha256Hex(size: size, seed: 72)])
         let total = env.server.bodyBytesSent(forKey: "seg")
-        #expect(total - size <= 1 << 20, "fetched twice: \(total - size) bytes (\(sentBefore) before the cancel)")
+        // What was on the wire (socket buffers, ≤ 512 KiB per connection) when the task was
+        // cancelled is all that may be fetched twice.
+        #expect(total - size <= 2 << 20, "fetched twice: \(total - size) bytes (\(sentBefore) before the cancel)")
         try await env.finish()
     }
 }
