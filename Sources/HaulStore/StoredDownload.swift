@@ -31,6 +31,11 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
     public var totalBytes: Int64?
     public var entityTag: String?
     public var lastModified: String?
+    /// Ranges of the entity on disk beyond `bytesDone` (a segmented download), synced before
+    /// they were recorded.
+    public var segments: ByteRangeSet?
+    /// Connections this download may use; `nil`: the queue's setting.
+    public var connections: Int?
     public var errorMessage: String?
     /// aria2's error code for `errorMessage`.
     public var errorCode: Int?
@@ -92,6 +97,10 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
         self.totalBytes = row["totalBytes"]
         self.entityTag = row["entityTag"]
         self.lastModified = row["lastModified"]
+        if let segments = row["segments"] as String? {
+            self.segments = try? JSONDecoder().decode(ByteRangeSet.self, from: Data(segments.utf8))
+        }
+        self.connections = row["connections"]
         self.errorMessage = row["errorMessage"]
         self.errorCode = row["errorCode"]
         self.checksum = row["checksum"]
@@ -141,6 +150,8 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
             ("totalBytes", self.totalBytes),
             ("entityTag", self.entityTag),
             ("lastModified", self.lastModified),
+            ("segments", self.segments.map(Self.jsonText)),
+            ("connections", self.connections),
             ("errorMessage", self.errorMessage),
             ("errorCode", self.errorCode),
             ("checksum", self.checksum),
@@ -181,13 +192,19 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
         guard self.bytesDone > 0 else { return nil }
         let validators = EntityValidators(entityTag: self.entityTag, lastModified: self.lastModified)
         guard validators.ifRangeValue != nil else { return nil }
-        return ResumePoint(offset: self.bytesDone, validators: validators, entityLength: self.totalBytes)
+        guard let segments, let length = self.totalBytes else {
+            return ResumePoint(offset: self.bytesDone, validators: validators, entityLength: self.totalBytes)
+        }
+        var done = segments
+        done.insert(0..<self.bytesDone)
+        return ResumePoint(done: done, validators: validators, entityLength: length)
     }
 
     /// Records where the transfer stands: the bytes safely on disk and the entity they belong
     /// to (`nil`: nothing resumable, so nothing counts as done).
     public mutating func record(_ point: ResumePoint?, currentURL: URL) {
         self.bytesDone = point?.offset ?? 0
+        self.segments = point?.segments
         self.totalBytes = point?.entityLength ?? self.totalBytes
         self.entityTag = point?.validators.entityTag
         self.lastModified = point?.validators.lastModified
@@ -203,7 +220,7 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
             fileName: self.fileName,
             path: self.state == .complete ? self.finalPath : self.partialPath,
             state: self.state,
-            bytesDone: self.bytesDone,
+            bytesDone: self.bytesDone + (self.segments?.byteCount ?? 0),
             totalBytes: self.totalBytes,
             errorMessage: self.errorMessage,
             checksum: self.checksum,

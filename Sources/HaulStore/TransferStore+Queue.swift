@@ -49,6 +49,12 @@ extension TransferStore {
             try db.execute(sql: "UPDATE queuedDownload SET gid = printf('%016x', id)")
             try db.create(index: "queuedDownload_gid", on: StoredDownload.databaseTableName, columns: ["gid"], unique: true)
         }
+        migrator.registerMigration("v4: segmented downloads (map of ranges on disk, connections per download)") { db in
+            try db.alter(table: StoredDownload.databaseTableName) { table in
+                table.add(column: "segments", .jsonText)
+                table.add(column: "connections", .integer)
+            }
+        }
     }
 
     // MARK: - Downloads

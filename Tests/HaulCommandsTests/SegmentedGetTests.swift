@@ -156,8 +156,9 @@ struct SegmentedGetTests {
         #expect(second.status == 0, "\(second.standardError)")
         #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("pause.bin").path) == TestContent.sha256Hex(size: size, seed: 68))
         let total = server.bodyBytesSent(forKey: "pause.bin")
-        // What was on the wire when Ctrl-C came is all that may be fetched twice.
-        #expect(total - size <= 2 << 20, "fetched twice: \(total - size) bytes (\(sentBefore) before Ctrl-C)")
+        // What was in the kernel's socket buffers when Ctrl-C came (loopback buffers hold a few
+        // MB per connection) is all that may be sent twice.
+        #expect(total - size <= 8 << 20, "sent twice: \(total - size) bytes (\(sentBefore) before Ctrl-C)")
         try await server.shutdown()
     }
 }

@@ -35,6 +35,12 @@ struct AddCommand: ParsableCommand {
     @Option(name: .customLong("mirror"), help: "Another URL of the same file (repeatable; single download only).")
     var mirrors: [String] = []
 
+    @Option(
+        name: [.customShort("x"), .customLong("max-connections")],
+        help: "Connections each download may use at once (segments; 1: one connection). Default: the daemon's 'connections' setting, within max-per-host."
+    )
+    var maxConnections: Int?
+
     @Option(name: .customLong("priority"), help: "Higher starts first (default 0).")
     var priority: Int = 0
 
@@ -45,6 +51,7 @@ struct AddCommand: ParsableCommand {
     var json = false
 
     func validate() throws {
+        if let maxConnections, !(1...64).contains(maxConnections) { throw ValidationError("-x takes a number from 1 to 64") }
         guard !self.urls.isEmpty || self.inputFile != nil else { throw ValidationError("give at least one URL, or -i FILE") }
         for text in self.urls + self.mirrors { _ = try Self.httpURL(text) }
         if self.urls.count > 1 || self.inputFile != nil, self.out != nil || self.checksum != nil || !self.mirrors.isEmpty {
@@ -103,7 +110,8 @@ struct AddCommand: ParsableCommand {
                 checksum: self.checksum,
                 speedLimit: self.limit.flatMap(SpeedLimit.parse),
                 priority: self.priority,
-                paused: self.paused
+                paused: self.paused,
+                connections: self.maxConnections
             )
         }
         // One request, one transaction in hauld: all are added or none.

@@ -21,6 +21,8 @@ public struct NewDownload: Codable, Sendable, Hashable {
     public var requestHeaders: [String]?
     /// aria2 options as given through the RPC, kept for `getOption`.
     public var options: [String: String]?
+    /// Connections this download may use at once (`haul add -x N`); `nil`: the queue's setting.
+    public var connections: Int?
 
     public init(
         urls: [URL],
@@ -32,7 +34,8 @@ public struct NewDownload: Codable, Sendable, Hashable {
         paused: Bool = false,
         gid: String? = nil,
         requestHeaders: [String]? = nil,
-        options: [String: String]? = nil
+        options: [String: String]? = nil,
+        connections: Int? = nil
     ) {
         self.urls = urls
         self.directory = directory
@@ -44,10 +47,11 @@ public struct NewDownload: Codable, Sendable, Hashable {
         self.gid = gid
         self.requestHeaders = requestHeaders
         self.options = options
+        self.connections = connections
     }
 
     enum CodingKeys: String, CodingKey {
-        case urls, directory, fileName, checksum, speedLimit, priority, paused, gid, requestHeaders, options
+        case urls, directory, fileName, checksum, speedLimit, priority, paused, gid, requestHeaders, options, connections
     }
 
     public init(from decoder: any Decoder) throws {
@@ -68,6 +72,7 @@ public struct NewDownload: Codable, Sendable, Hashable {
         self.gid = try container.decodeIfPresent(String.self, forKey: .gid)
         self.requestHeaders = try container.decodeIfPresent([String].self, forKey: .requestHeaders)
         self.options = try container.decodeIfPresent([String: String].self, forKey: .options)
+        self.connections = try container.decodeIfPresent(Int.self, forKey: .connections)
     }
 }
 

@@ -4,6 +4,12 @@ public struct QueueSettings: Codable, Sendable, Hashable {
     public var maximumConcurrentDownloads: Int = 5
     /// Downloads transferring at once from one host (scheme, host and port).
     public var maximumConnectionsPerHost: Int = 4
+    /// Connections one download may use at once (segmented downloads), within the per-host
+    /// limit; `nil`: ``defaultConnectionsPerDownload``.
+    public var connectionsPerDownload: Int?
+    /// One connection per queue download unless asked (`haul set connections N`, `haul add -x N`,
+    /// aria2's `split`): the queue's existing guarantees are measured per connection so far.
+    public static let defaultConnectionsPerDownload = 1
     /// All downloads together, in bytes per second; 0 is unlimited.
     public var globalSpeedLimit: Int64 = 0
     /// Where downloads go when `add` names no directory.
@@ -20,6 +26,7 @@ public struct QueueSettings: Codable, Sendable, Hashable {
     public static let keys: [(key: String, help: String)] = [
         ("max-concurrent", "downloads at once (1-64)"),
         ("max-per-host", "downloads at once from one host (1-64)"),
+        ("connections", "connections one download may use at once, within max-per-host (1-64; 1: no segments)"),
         ("speed-limit", "global limit, e.g. 2M or 500K per second; 0 for none"),
         ("dir", "default download directory (absolute path)"),
     ]
@@ -46,6 +53,11 @@ public struct QueueSettings: Codable, Sendable, Hashable {
                 throw .badValue(key: key, value: value, expected: "a whole number from 1 to 64")
             }
             if key == "max-concurrent" { self.maximumConcurrentDownloads = number } else { self.maximumConnectionsPerHost = number }
+        case "connections":
+            guard let number = Int(value), (1...64).contains(number) else {
+                throw .badValue(key: key, value: value, expected: "a whole number from 1 to 64")
+            }
+            self.connectionsPerDownload = number
         case "speed-limit":
             guard let rate = SpeedLimit.parse(value) else {
                 throw .badValue(key: key, value: value, expected: "a rate such as 2M, 500K or 0")

@@ -186,6 +186,10 @@ public enum Aria2Options {
         }
         download.requestHeaders = headers.isEmpty ? nil : headers
         download.options = recorded.isEmpty ? nil : recorded
+        // aria2's split (connections per download) within max-connection-per-server, when given.
+        let split = recorded["split"].flatMap(Int.init)
+        let perServer = recorded["max-connection-per-server"].flatMap(Int.init)
+        if split != nil || perServer != nil { download.connections = min(split ?? 64, perServer ?? 64) }
         return download
     }
 

@@ -42,6 +42,13 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
     /// This transfer's own speed limit (0: none); changeable while it runs.
     let speedLimiter: BandwidthLimiter
     private let live: Mutex<Live>
+    /// The run, once it answered (for a segmented download's map); weak: the run holds this
+    /// observer.
+    private let run = Mutex(WeakRun())
+
+    private struct WeakRun {
+        weak var run: TransferRun?
+    }
 
     init(
         id: TransferID,
@@ -87,13 +94,20 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
         }
     }
 
-    /// The checkpoint for the bytes done now; a later due checkpoint can be asked for again.
-    /// Call after the file's bytes were synced to disk.
-    func takeCheckpoint() -> Checkpoint {
+    /// A segmented download's map of bytes written so far (read it before syncing the file).
+    func segmentMap() -> ResumePoint? {
+        guard let point = self.run.withLock({ $0.run })?.currentResumePoint, point.mapped == true else { return nil }
+        return point
+    }
+
+    /// The checkpoint for the bytes done now (or for `map`, a segmented download's map read
+    /// before the sync); a later due checkpoint can be asked for again. Call after the file's
+    /// bytes were synced to disk.
+    func takeCheckpoint(map: ResumePoint? = nil) -> Checkpoint {
         self.live.withLock { live in
             live.checkpointPending = false
             return Checkpoint(
-                point: Self.resumePoint(bytes: live.bytesDone, live: live),
+                point: map ?? Self.resumePoint(bytes: live.bytesDone, live: live),
                 currentURL: live.currentURL,
                 totalBytes: live.totalBytes,
                 suggestedName: live.suggestedName
@@ -114,6 +128,7 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
     // MARK: - TransferRunObserver
 
     func transferRun(_ run: TransferRun, didReceive response: ResponseInfo, resumedAtOffset: Int64?, expectedTotal: Int64?) {
+        self.run.withLock { $0.run = run }
         if self.collectsResponseBody {
             self.live.withLock { $0.responseBody = Data() }
             self.owner.transferResponded(self, resumedAtOffset: nil, expectedTotal: expectedTotal)

@@ -42,9 +42,12 @@ extension DownloadQueue {
         self.work.async {
             guard self.state.withLock({ $0.running[id]?.transfer === transfer }) else { return }
             do {
+                // A segmented download's map is read first, then the bytes it names go to the
+                // disk: the map recorded never claims bytes that are only in the page cache.
+                let map = transfer.segmentMap()
                 // Bytes are recorded as safe only once they are on the disk, not in the page cache.
                 if let partial = try self.store.download(id: id)?.partialPath { PartialFile.syncData(atPath: partial) }
-                let checkpoint = transfer.takeCheckpoint()
+                let checkpoint = transfer.takeCheckpoint(map: map)
                 try self.updateDownload(id: id) { download in
                     download.record(checkpoint.point, currentURL: checkpoint.currentURL)
                     download.totalBytes = checkpoint.totalBytes ?? download.totalBytes
@@ -80,7 +83,8 @@ extension DownloadQueue {
         let name = stored.fileName ?? FileNaming.suggestedFilename(contentDisposition: nil, url: stored.url)
         let partial = stored.partialPath ?? (stored.directory as NSString).appendingPathComponent("\(name).\(id).haul-part")
         var resumable = stored.resumePoint
-        if let offset = resumable?.offset, (PartialFileSize.of(partial) ?? 0) < offset { resumable = nil }
+        // Positioned writes leave the file at least as long as the last byte of the map.
+        if let point = resumable, (PartialFileSize.of(partial) ?? 0) < (point.segments?.ranges.last?.upperBound ?? point.offset) { resumable = nil }
         let point = resumable
         let download: StoredDownload
         do {
@@ -92,7 +96,10 @@ extension DownloadQueue {
                 // Running again: an earlier attempt's error ("…; retrying") is no longer news.
                 download.errorMessage = nil
                 download.errorCode = nil
-                if point == nil { download.bytesDone = 0 }
+                if point == nil {
+                    download.bytesDone = 0
+                    download.segments = nil
+                }
             }) else { return false }
             download = updated
         } catch {
@@ -114,6 +121,7 @@ extension DownloadQueue {
             destination: .file(path: partial, resume: point),
             resourceTimeout: nil,
             bandwidthLimiters: [self.core.globalLimiter, transfer.speedLimiter],
+            maximumConnections: download.connections ?? self.settings.connectionsPerDownload ?? QueueSettings.defaultConnectionsPerDownload,
             observer: transfer
         )
         self.state.withLock { $0.running[id] = Running(transfer: transfer, run: run, stored: download) }
@@ -170,6 +178,13 @@ extension DownloadQueue {
         }
     }
 
+    /// A segmented download's map names bytes anywhere in the file: they go to the disk before
+    /// the map is recorded.
+    private func syncIfMapped(_ id: Int64, _ point: ResumePoint?) {
+        guard point?.mapped == true, let partial = try? self.store.download(id: id)?.partialPath else { return }
+        PartialFile.syncData(atPath: partial)
+    }
+
     private func stopped(_ id: Int64, intent: StopIntent, transfer: TrackedTransfer, point: ResumePoint?) {
         self.state.withLock { _ = $0.running.removeValue(forKey: id) }
         do {
@@ -177,6 +192,7 @@ extension DownloadQueue {
             case .remove(let deleteRow):
                 try self.discard(id, partialPath: try self.store.download(id: id)?.partialPath, deleteRow: deleteRow)
             case .pause, .requeue, .shutdown:
+                self.syncIfMapped(id, point)
                 let url = transfer.currentURL
                 let updated = try self.updateDownload(id: id) { download in
                     download.record(point, currentURL: url)
@@ -211,6 +227,7 @@ extension DownloadQueue {
                 randomUnit: Double.random(in: 0..<1)
             )
             let url = transfer.currentURL
+            self.syncIfMapped(id, point)
             let updated = try self.updateDownload(id: id) { download in
                 download.record(point, currentURL: url)
                 guard download.state == .active else { return }  // paused or cancelled meanwhile

@@ -324,6 +324,10 @@ public final class DownloadQueue: TransferOwner, Sendable {
         download.gid = gid
         download.requestHeaders = request.requestHeaders ?? []
         download.options = request.options ?? [:]
+        if let connections = request.connections {
+            guard (1...64).contains(connections) else { throw DaemonError("connections must be from 1 to 64, not \(connections)") }
+            download.connections = connections
+        }
         download.fileName = request.fileName ?? FileNaming.suggestedFilename(contentDisposition: nil, url: request.urls[0])
         if request.paused { download.state = .paused }
         return download

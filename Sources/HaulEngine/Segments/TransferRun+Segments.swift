@@ -12,7 +12,8 @@ extension TransferRun {
     /// connection, as before).
     func makeSegmentGroup(response: ResponseInfo, request: TransferRequest, fileOffset: Int64, path: String, tlsConfiguration: TLSConfiguration?) -> SegmentGroup? {
         let configuration = self.engine.configuration
-        guard configuration.maximumConnectionsPerDownload > 1, request.method.uppercased() == "GET" else { return nil }
+        let budget = self.maximumConnections ?? configuration.maximumConnectionsPerDownload
+        guard budget > 1, request.method.uppercased() == "GET" else { return nil }
         let entity = self.state.withLock { state in (state.machine.entity, state.machine.expectedTotal) }
         guard let (validators, isResumable, segments) = entity.0, isResumable, let length = entity.1,
             RangeResumeRules.contentLength(of: response.headers) != nil || response.statusCode == 206,
@@ -30,7 +31,7 @@ extension TransferRun {
             done: done,
             primaryOffset: fileOffset,
             path: path,
-            budget: configuration.maximumConnectionsPerDownload,
+            budget: budget,
             minimumSegment: configuration.minimumSegmentBytes,
             tlsConfiguration: tlsConfiguration
         )

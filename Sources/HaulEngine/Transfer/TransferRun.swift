@@ -68,6 +68,8 @@ package final class TransferRun: Sendable {
     /// Speed limits this run honours (its own, the queue's); reading pauses for the longest
     /// wait any of them asks for.
     let bandwidthLimiters: [BandwidthLimiter]
+    /// Connections this run may use at once; `nil`: the engine's setting.
+    let maximumConnections: Int?
     let state: Mutex<State>
     /// The engine's event loop: every exchange, its connection and its delegate live on it.
     package var eventLoop: any EventLoop { self.engine.eventLoop }
@@ -78,9 +80,11 @@ package final class TransferRun: Sendable {
         destination: Destination,
         resourceTimeout: Duration?,
         bandwidthLimiters: [BandwidthLimiter] = [],
+        maximumConnections: Int? = nil,
         observer: any TransferRunObserver
     ) {
         self.bandwidthLimiters = bandwidthLimiters
+        self.maximumConnections = maximumConnections
         self.engine = engine
         self.initialRequest = request
         self.destination = destination

@@ -120,6 +120,41 @@ struct QueueCommandTests {
         _ = await daemon.terminate()
     }
 
+    @Test("haul add -x 4: one download over four connections; kill -9 of hauld mid-download continues from the synced map")
+    func segmentedWithCrash() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let cli = HaulCLI(daemon: daemon)
+        let target = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("files")
+        let size: Int64 = 24 << 20
+        let added = try await cli.run(["add", "-x", "4", "--dir", target.path, server.url("/file/s.bin?size=\(size)&seed=81&rate=1500000").absoluteString])
+        #expect(added.status == 0, "\(added.standardError)")
+        // Several lanes at work, and a checkpoint with a map recorded in the store.
+        #expect(await waitUntil(timeout: .seconds(20)) {
+            server.requests.filter { ($0.header("Range") ?? "").hasSuffix("-") == false && $0.header("Range") != nil }.count >= 2
+                && server.bodyBytesSent(forKey: "s.bin") > 4 << 20
+        })
+        try await Task.sleep(for: .milliseconds(1200))  // past a checkpoint (every 0.5 s / 4 MiB)
+        await daemon.kill9()
+        let sentBefore = server.bodyBytesSent(forKey: "s.bin")
+        #expect(sentBefore < size - (4 << 20), "killed mid-download")
+        try await daemon.start()
+        let waited = try await cli.run(["wait"])
+        #expect(waited.status == 0, "\(waited.standardOutput) \(waited.standardError)")
+        let after = try await cli.list()
+        #expect(after.map(\.state) == [.complete])
+        #expect(try TestContent.sha256Hex(ofFileAt: target.appendingPathComponent("s.bin").path) == TestContent.sha256Hex(size: size, seed: 81))
+        let again = server.bodyBytesSent(forKey: "s.bin") - size
+        #expect(again <= 8 << 20, "fetched again after kill -9: \(again) bytes (\(sentBefore) sent before)")
+        print("hauld segmented kill -9: \(again) bytes fetched again of \(size) (\(sentBefore) before the kill)")
+        // The setting and its refusal.
+        #expect(try await cli.run(["set", "connections", "8"]).status == 0)
+        let bad = try await cli.run(["set", "connections", "0"])
+        #expect(bad.status != 0 && bad.standardError.contains("1 to 64"), "\(bad.standardError)")
+        _ = await daemon.terminate()
+    }
+
     @Test("Clear errors: unknown ids, malformed arguments, unwritable directories, settings")
     func errors() async throws {
         let server = try await FaultInjectingHTTPServer.start()
