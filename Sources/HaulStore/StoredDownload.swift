@@ -235,6 +235,8 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
         info.requestHeaders = self.requestHeaders.isEmpty ? nil : self.requestHeaders
         info.options = self.options.isEmpty ? nil : self.options
         info.queueRank = self.queueRank
+        info.maximumConnections = self.connections
+        if self.segments != nil { info.segments = self.resumePoint?.done }
         return info
     }
 }

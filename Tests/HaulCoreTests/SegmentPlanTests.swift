@@ -243,3 +243,27 @@ struct SegmentPlanTests {
         }
     }
 }
+
+@Suite("Segment maps shown")
+struct SegmentMapDisplayTests {
+    @Test("The bar marks whole, partial and missing cells")
+    func bar() {
+        let map = ByteRangeSet([0..<50, 75..<80])
+        #expect(SegmentMapBar.render(map, length: 100, width: 10) == "█████··▒··")
+        #expect(SegmentMapBar.render(ByteRangeSet([0..<100]), length: 100, width: 4) == "████")
+        #expect(SegmentMapBar.render(ByteRangeSet(), length: 100, width: 3) == "···")
+        #expect(SegmentMapBar.render(map, length: 0, width: 3) == "")
+    }
+
+    @Test("aria2's bitfield from a map: a bit per 1 MiB piece wholly on disk")
+    func bitfieldFromMap() {
+        let mib: Int64 = 1 << 20
+        // Pieces 0, 2, 3 and the short last piece 9 are on disk.
+        let map = ByteRangeSet([0..<mib, 2 * mib..<4 * mib + 5, 9 * mib..<9 * mib + 100])
+        let (pieces, hex) = Aria2Status.bitfield(map: map, total: 9 * mib + 100)
+        #expect(pieces == 10)
+        #expect(hex == "b040")
+        // A prefix gives what the prefix form gives.
+        #expect(Aria2Status.bitfield(map: ByteRangeSet([0..<(5 * mib)]), total: 12 * mib) == Aria2Status.bitfield(done: 5 * mib, total: 12 * mib))
+    }
+}

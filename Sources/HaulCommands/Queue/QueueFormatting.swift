@@ -73,6 +73,13 @@ enum QueueFormatting {
         let total = download.totalBytes.map(ByteCountFormatting.bytes) ?? "unknown"
         lines.append(("progress", "\(ByteCountFormatting.bytes(download.bytesDone)) of \(total)" + (download.fraction.map { " (\(Int($0 * 100))%)" } ?? "")))
         if let speed = download.speed { lines.append(("speed", ByteCountFormatting.rate(bytesPerSecond: speed))) }
+        if let connections = download.connections { lines.append(("connections", String(connections))) }
+        if let maximum = download.maximumConnections { lines.append(("max connections", String(maximum))) }
+        if let map = download.segments, let total = download.totalBytes, download.state != .complete {
+            lines.append(("map", SegmentMapBar.render(map, length: total, width: 50)))
+            let ranges = map.ranges.prefix(8).map { "\($0.lowerBound)-\($0.upperBound - 1)" }.joined(separator: ", ")
+            lines.append(("on disk", ranges + (map.ranges.count > 8 ? ", … (\(map.ranges.count) ranges)" : "")))
+        }
         if let eta = download.secondsRemaining { lines.append(("eta", ByteCountFormatting.duration(seconds: eta))) }
         if let checksum = download.checksum { lines.append(("checksum", checksum)) }
         for header in download.requestHeaders ?? [] { lines.append(("header", header)) }

@@ -35,6 +35,12 @@ public struct QueuedDownloadInfo: Codable, Sendable, Hashable {
     /// Where the download stands in the waiting queue when it was moved (aria2's
     /// `changePosition`); `nil`: by age.
     public var queueRank: Double?
+    /// Connections fetching it now (running downloads; more than one when segmented).
+    public var connections: Int?
+    /// Connections it may use (`haul add -x N`); `nil`: the queue's setting.
+    public var maximumConnections: Int?
+    /// Which bytes are on disk, when they are not one prefix (a segmented download).
+    public var segments: ByteRangeSet?
     public var createdAt: Date
     public var startedAt: Date?
     public var finishedAt: Date?

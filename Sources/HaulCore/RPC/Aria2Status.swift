@@ -64,6 +64,27 @@ public enum Aria2Status {
         return (pieces, String(decoding: hex, as: UTF8.self))
     }
 
+    /// The bitfield of a segmented download: a bit for each piece wholly in `map`.
+    public static func bitfield(map: ByteRangeSet, total: Int64) -> (pieces: Int64, hex: String) {
+        guard total > 0 else { return (0, "") }
+        let pieces = (total + Self.pieceLength - 1) / Self.pieceLength
+        var hex = [UInt8]()
+        let bytes = Int((pieces + 7) / 8)
+        hex.reserveCapacity(bytes * 2)
+        for byteIndex in 0..<bytes {
+            var byte: UInt8 = 0
+            for bit in 0..<8 {
+                let piece = Int64(byteIndex) * 8 + Int64(bit)
+                guard piece < pieces else { break }
+                let start = piece * Self.pieceLength
+                if map.contains(start..<min(total, start + Self.pieceLength)) { byte |= 0x80 >> UInt8(bit) }
+            }
+            hex.append(HexDigits.digit(byte >> 4))
+            hex.append(HexDigits.digit(byte & 0xF))
+        }
+        return (pieces, String(decoding: hex, as: UTF8.self))
+    }
+
     /// Writes the status object of `info`, with only `keys` when given.
     public static func write(_ info: QueuedDownloadInfo, keys: KeySelection?, to writer: inout JSONWriter) {
         var first = true
@@ -90,9 +111,12 @@ public enum Aria2Status {
         let speed = isActive ? Int64((info.speed ?? 0).rounded()) : 0
         let pieceCount = total > 0 ? (total + Self.pieceLength - 1) / Self.pieceLength : 0
         // The hex is written only when asked for (lists often ask for gid and status alone).
-        if pieceCount > 0, keys?.contains(0) ?? true { member(0, "bitfield") { $0.append(string: Self.bitfield(done: done, total: total).hex) } }
+        if pieceCount > 0, keys?.contains(0) ?? true {
+            let hex = info.state != .complete ? info.segments.map { Self.bitfield(map: $0, total: total).hex } : nil
+            member(0, "bitfield") { $0.append(string: hex ?? Self.bitfield(done: done, total: total).hex) }
+        }
         member(1, "completedLength", number(done))
-        member(2, "connections", number(isActive ? 1 : 0))
+        member(2, "connections", number(isActive ? Int64(max(1, info.connections ?? 1)) : 0))
         member(3, "dir") { $0.append(string: info.directory) }
         member(4, "downloadSpeed", number(speed))
         if info.state == .error || info.state == .complete || info.state == .removed {

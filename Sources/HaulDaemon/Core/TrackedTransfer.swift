@@ -94,6 +94,9 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
         }
     }
 
+    /// Connections fetching the body now (0 before the run answered).
+    var connectionCount: Int { self.run.withLock { $0.run }?.connectionCount ?? 0 }
+
     /// A segmented download's map of bytes written so far (read it before syncing the file).
     func segmentMap() -> ResumePoint? {
         guard let point = self.run.withLock({ $0.run })?.currentResumePoint, point.mapped == true else { return nil }

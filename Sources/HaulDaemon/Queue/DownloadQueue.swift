@@ -204,6 +204,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
         let rate = transfer.rate
         info.speed = rate.speed
         info.secondsRemaining = rate.secondsRemaining
+        let connections = transfer.connectionCount
+        info.connections = connections > 0 ? connections : nil
+        if let map = transfer.segmentMap() { info.segments = map.done }
         return info
     }
 

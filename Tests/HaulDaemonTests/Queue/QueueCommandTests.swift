@@ -135,7 +135,11 @@ struct QueueCommandTests {
             server.requests.filter { ($0.header("Range") ?? "").hasSuffix("-") == false && $0.header("Range") != nil }.count >= 2
                 && server.bodyBytesSent(forKey: "s.bin") > 4 << 20
         })
-        try await Task.sleep(for: .milliseconds(1200))  // past a checkpoint (every 0.5 s / 4 MiB)
+        // `haul show` draws the map and counts the connections while it runs.
+        let shown = try await cli.run(["show", "1"])
+        #expect(shown.standardOutput.contains("connections:") && shown.standardOutput.contains("map:") && shown.standardOutput.contains("█"), "\(shown.standardOutput)")
+        #expect(shown.standardOutput.contains("max connections: 4"), "\(shown.standardOutput)")
+        try await Task.sleep(for: .milliseconds(1000))  // past a checkpoint (every 0.5 s / 4 MiB)
         await daemon.kill9()
         let sentBefore = server.bodyBytesSent(forKey: "s.bin")
         #expect(sentBefore < size - (4 << 20), "killed mid-download")
