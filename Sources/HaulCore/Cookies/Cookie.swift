@@ -142,6 +142,9 @@ public enum CookieRules {
 
     /// The old Netscape form `Wed, 09-Jun-2021 10:18:14 GMT`.
     static func parseCookieDate(_ text: String) -> Date? {
+        // A cookie date is short printable ASCII. Anything else never reaches DateFormatter,
+        // which traps on some non-ASCII input (found by fuzzing: "Incorrect range CFRange").
+        guard text.utf8.count <= 64, text.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else { return nil }
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = TimeZone(identifier: "GMT")
