@@ -220,7 +220,7 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
             fileName: self.fileName,
             path: self.state == .complete ? self.finalPath : self.partialPath,
             state: self.state,
-            bytesDone: self.bytesDone + (self.segments?.byteCount ?? 0),
+            bytesDone: self.segments == nil || self.state == .complete ? self.bytesDone : (self.resumePoint?.done.byteCount ?? self.bytesDone),
             totalBytes: self.totalBytes,
             errorMessage: self.errorMessage,
             checksum: self.checksum,
@@ -236,7 +236,7 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
         info.options = self.options.isEmpty ? nil : self.options
         info.queueRank = self.queueRank
         info.maximumConnections = self.connections
-        if self.segments != nil { info.segments = self.resumePoint?.done }
+        if self.segments != nil, self.state != .complete { info.segments = self.resumePoint?.done }
         return info
     }
 }

@@ -56,6 +56,9 @@ struct DownloadRecordTests {
         info.requestHeaders = ["X-Quote: \"q\"", "Referer: http://r/é"]
         info.options = ["split": "8", "weird \"key\"": "v\n"]
         info.queueRank = -12.5
+        info.connections = 7
+        info.maximumConnections = 16
+        info.segments = ByteRangeSet([0..<1024, 4096..<(1 << 41)])
         info.startedAt = Date(timeIntervalSince1970: 1_700_000_123.9)
         info.finishedAt = Date(timeIntervalSince1970: 4_102_444_799)  // 2099-12-31T23:59:59Z
         return info

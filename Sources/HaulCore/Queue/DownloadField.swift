@@ -21,6 +21,9 @@ public enum DownloadField: String, Codable, Sendable, Hashable, CaseIterable {
     case requestHeaders
     case options
     case queueRank
+    case connections
+    case maximumConnections
+    case segments
     case createdAt
     case startedAt
     case finishedAt

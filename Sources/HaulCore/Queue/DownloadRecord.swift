@@ -68,6 +68,22 @@ public struct DownloadRecord: Sendable, Hashable {
             }
         }
         if let queueRank = info.queueRank { member(.queueRank) { $0.append(double: queueRank) } }
+        if let connections = info.connections { member(.connections) { $0.append(integer: connections) } }
+        if let maximum = info.maximumConnections { member(.maximumConnections) { $0.append(integer: maximum) } }
+        if let segments = info.segments {
+            member(.segments) { writer in
+                writer.append(UInt8(ascii: "["))
+                for (index, range) in segments.ranges.enumerated() {
+                    if index > 0 { writer.append(UInt8(ascii: ",")) }
+                    writer.append(UInt8(ascii: "["))
+                    writer.append(integer: range.lowerBound)
+                    writer.append(UInt8(ascii: ","))
+                    writer.append(integer: range.upperBound)
+                    writer.append(UInt8(ascii: "]"))
+                }
+                writer.append(UInt8(ascii: "]"))
+            }
+        }
         member(.createdAt) { $0.append(date: info.createdAt) }
         if let startedAt = info.startedAt { member(.startedAt) { $0.append(date: startedAt) } }
         if let finishedAt = info.finishedAt { member(.finishedAt) { $0.append(date: finishedAt) } }
@@ -127,9 +143,12 @@ public struct DownloadRecord: Sendable, Hashable {
         case .requestHeaders: 16
         case .options: 17
         case .queueRank: 18
-        case .createdAt: 19
-        case .startedAt: 20
-        case .finishedAt: 21
+        case .connections: 19
+        case .maximumConnections: 20
+        case .segments: 21
+        case .createdAt: 22
+        case .startedAt: 23
+        case .finishedAt: 24
         }
     }
 

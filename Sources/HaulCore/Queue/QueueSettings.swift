@@ -7,9 +7,9 @@ public struct QueueSettings: Codable, Sendable, Hashable {
     /// Connections one download may use at once (segmented downloads), within the per-host
     /// limit; `nil`: ``defaultConnectionsPerDownload``.
     public var connectionsPerDownload: Int?
-    /// One connection per queue download unless asked (`haul set connections N`, `haul add -x N`,
-    /// aria2's `split`): the queue's existing guarantees are measured per connection so far.
-    public static let defaultConnectionsPerDownload = 1
+    /// Adaptive by default: a download uses as many connections as the per-host limit leaves
+    /// it (segments only where the server allows and the file is large enough).
+    public static let defaultConnectionsPerDownload = 16
     /// All downloads together, in bytes per second; 0 is unlimited.
     public var globalSpeedLimit: Int64 = 0
     /// Where downloads go when `add` names no directory.
@@ -26,7 +26,7 @@ public struct QueueSettings: Codable, Sendable, Hashable {
     public static let keys: [(key: String, help: String)] = [
         ("max-concurrent", "downloads at once (1-64)"),
         ("max-per-host", "downloads at once from one host (1-64)"),
-        ("connections", "connections one download may use at once, within max-per-host (1-64; 1: no segments)"),
+        ("connections", "connections one download may use at once, within max-per-host (1-64, default 16; 1: no segments)"),
         ("speed-limit", "global limit, e.g. 2M or 500K per second; 0 for none"),
         ("dir", "default download directory (absolute path)"),
     ]

@@ -330,6 +330,7 @@ extension DownloadQueue {
             let updated = try self.updateDownload(id: id) { download in
                 download.state = .complete
                 download.bytesDone = total
+                download.segments = nil
                 download.totalBytes = total
                 download.finalPath = finalPath
                 download.fileName = (finalPath as NSString).lastPathComponent

@@ -83,6 +83,8 @@ struct DownloadQueueTests {
     func pauseAndResume() async throws {
         let server = try await FaultInjectingHTTPServer.start()
         let harness = try QueueHarness()
+        // One connection: this is about a download written in order (segmented ones have tests of their own).
+        _ = try await harness.queue.set("connections", to: "1")
         let size: Int64 = 3_000_000
         let added = try await harness.queue.add(
             urls: [server.url("/file/pr.bin?size=\(size)&seed=7&stallAfter=1500000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
@@ -230,6 +232,8 @@ struct DownloadQueueTests {
     func restartMidQueue() async throws {
         let server = try await FaultInjectingHTTPServer.start()
         let first = try QueueHarness()
+        // One connection per download: the checkpoints of downloads written in order.
+        _ = try await first.queue.set("connections", to: "1")
         let quick = try await first.queue.add(urls: [server.url("/file/quick?size=1000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
         _ = try await first.wait(for: quick.id, .complete)
         var slow: [Int64] = []
@@ -354,6 +358,8 @@ struct FullDiskTests {
         let disk = try SmallDisk(megabytes: 1)
         defer { disk.unmount() }
         let harness = try QueueHarness()
+        // One connection: the continuation is checked to be one range request from the checkpoint.
+        _ = try await harness.queue.set("connections", to: "1")
         let size: Int64 = 3_000_000
         let added = try await harness.queue.add(
             urls: [server.url("/file/big.bin?size=\(size)&seed=31")], directory: disk.path, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
