@@ -141,6 +141,12 @@ class WebUITest(unittest.TestCase):
         width = self.row(1).find_element(By.CSS_SELECTOR, ".fill").value_of_css_property("width")
         self.assertNotEqual(width, "0px", "the progress bar moved")
         self.assertIn("/s", self.row(1).find_element(By.CSS_SELECTOR, ".speed").text)
+        # Fetched over several connections: the row draws its map of ranges and counts them.
+        self.wait.until(lambda d: int(self.row_attribute(1, "data-segments") or 0) >= 1)
+        self.wait.until(lambda d: "×" in self.row(1).find_element(By.CSS_SELECTOR, ".speed").text)
+        marks = self.row(1).find_elements(By.CSS_SELECTOR, ".segments span")
+        self.assertGreaterEqual(len(marks), 1)
+        self.assertNotEqual(marks[0].value_of_css_property("width"), "0px", "the map shows bytes on disk")
         self.screenshot("downloading-tab.png")
 
         # Its speed limit changes while it runs: a bad value is refused, a good one shows.

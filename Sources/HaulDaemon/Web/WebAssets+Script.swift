@@ -165,10 +165,27 @@ extension WebAssets {
     row.querySelector(".state").textContent = d.state;
     const fraction = d.totalBytes ? Math.min(1, d.bytesDone / d.totalBytes) : (d.state === "complete" ? 1 : 0);
     row.querySelector(".fill").style.width = (fraction * 100).toFixed(1) + "%";
+    // A segmented download draws its map under the bar: one mark per range on disk.
+    const bar = row.querySelector(".bar");
+    let map = row.querySelector(".segments");
+    if (d.segments && d.totalBytes && d.state !== "complete") {
+      if (!map) { map = document.createElement("div"); map.className = "segments"; bar.after(map); }
+      map.replaceChildren(...d.segments.map(([lower, upper]) => {
+        const mark = document.createElement("span");
+        mark.style.left = (lower / d.totalBytes * 100).toFixed(2) + "%";
+        mark.style.width = ((upper - lower) / d.totalBytes * 100).toFixed(2) + "%";
+        return mark;
+      }));
+      row.dataset.segments = d.segments.length;
+    } else if (map) {
+      map.remove();
+      delete row.dataset.segments;
+    }
     row.querySelector(".bytes").textContent = size(d.bytesDone) + " / " + size(d.totalBytes) +
       (d.totalBytes ? "  (" + Math.floor(fraction * 100) + "%)" : "");
     const active = d.state === "active";
-    row.querySelector(".speed").textContent = active && d.speed != null ? size(d.speed) + "/s" : "";
+    row.querySelector(".speed").textContent = active && d.speed != null ?
+      size(d.speed) + "/s" + (d.connections > 1 ? " ×" + d.connections : "") : "";
     row.querySelector(".eta").textContent = active && d.secondsRemaining != null ? "ETA " + duration(d.secondsRemaining) : "";
     row.querySelector(".limit").textContent = d.speedLimit ? "≤ " + size(d.speedLimit) + "/s" : "";
     // A download that is running again shows no old error.

@@ -36,6 +36,9 @@ button:disabled { opacity: .45; cursor: default; border-color: var(--line); }
 .row[data-state="complete"] .state { color: var(--ok); }
 .row[data-state="error"] .state, .message { color: var(--bad); }
 .bar { height: .25rem; background: var(--line); border-radius: .2rem; overflow: hidden; }
+.segments { position: relative; height: .2rem; margin-top: .15rem; background: var(--line); border-radius: .2rem; overflow: hidden; }
+.segments span { position: absolute; top: 0; height: 100%; background: var(--accent); }
+.row[data-state="paused"] .segments span { background: var(--muted); }
 .fill { height: 100%; width: 0; background: var(--accent); transition: width .25s; }
 .row[data-state="complete"] .fill { background: var(--ok); }
 .row[data-state="paused"] .fill { background: var(--muted); }
