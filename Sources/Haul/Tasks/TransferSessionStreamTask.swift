@@ -150,11 +150,9 @@ public final class TransferSessionStreamTask: TransferSessionTask, @unchecked Se
         case .startTransfer:
             self.connect()
         case .cancelTransfer, .completeAsCancelled:
-            var userInfo: [String: Any] = [NSLocalizedDescriptionKey: "cancelled"]
-            if let url = self.originalRequest?.url { userInfo[NSURLErrorFailingURLErrorKey] = url }
             let connection = self.stream.withLock { $0.connection }
             if let connection { Task { (try? await connection.value)?.close() } }
-            self.complete(error: URLError(.cancelled, userInfo: userInfo))
+            self.complete(error: self.cancelledError())
         case .pauseTransfer, .none, .deliverResult:
             break
         }

@@ -291,10 +291,16 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
         let resumeData = wantsResumeData ? self.makeResumeData(point) : nil
         self.deliverResumeData(resumeData)
         if resumeData == nil { self.discardPartialFile() }
+        self.finish(error: self.cancelledError(resumeData: resumeData))
+    }
+
+    /// `URLError(.cancelled)` naming the task's URL (and carrying resume data when given), as
+    /// every kind of task completes when cancelled.
+    func cancelledError(resumeData: Data? = nil) -> URLError {
         var userInfo: [String: Any] = [NSLocalizedDescriptionKey: "cancelled"]
-        if let url = self.currentRequest?.url { userInfo[NSURLErrorFailingURLErrorKey] = url }
+        if let url = self.currentRequest?.url ?? self.originalRequest?.url { userInfo[NSURLErrorFailingURLErrorKey] = url }
         if let resumeData { userInfo[TransferSessionDownloadTaskResumeData] = resumeData }
-        self.finish(error: URLError(.cancelled, userInfo: userInfo))
+        return URLError(.cancelled, userInfo: userInfo)
     }
 
     func deliverResumeData(_ data: Data?) {

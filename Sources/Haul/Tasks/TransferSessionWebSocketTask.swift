@@ -159,12 +159,10 @@ public final class TransferSessionWebSocketTask: TransferSessionTask, @unchecked
         case .startTransfer:
             self.connect()
         case .cancelTransfer, .completeAsCancelled:
-            var userInfo: [String: Any] = [NSLocalizedDescriptionKey: "cancelled"]
-            if let url = self.originalRequest?.url { userInfo[NSURLErrorFailingURLErrorKey] = url }
             if let connection = self.socket.withLock({ $0.connection }) {
                 Task { (try? await connection.value)?.close(code: 1001, reason: nil, timeout: .seconds(1)) }
             }
-            self.complete(error: URLError(.cancelled, userInfo: userInfo))
+            self.complete(error: self.cancelledError())
         case .pauseTransfer, .none, .deliverResult:
             break
         }
