@@ -277,34 +277,29 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
     /// confirms the entity.
     private func writeCrashCheckpoint(_ task: TransferSessionDownloadTask, job: DownloadJob, bytes: Int64, expected: Int64) {
         guard let response = task.response as? HTTPURLResponse, let url = response.url else { return }
-        if let point = task.currentResumePoint, point.mapped == true {
-            // The map first, then the bytes it names to disk, then the map to its file: a crash
-            // at any moment leaves a map that claims only synced bytes.
+        let point: ResumePoint
+        if let mapped = task.currentResumePoint, mapped.mapped == true {
+            // A segmented download: the map first, then the bytes it names to disk, then the
+            // map to its file — a crash at any moment leaves a map that claims only synced bytes.
             PartialFile.syncData(atPath: job.partialPath)
-            let data = ResumeData(
-                url: url,
-                originalURL: job.url,
-                requestHeaders: HTTPHeaderFields(self.options.headers.map { ($0.0, $0.1) }),
-                partialFilePath: job.partialPath,
-                resumePoint: point
-            )
-            job.saveCheckpoint(data.encoded())
-            return
+            point = mapped
+        } else {
+            let headers = HTTPHeaderFields(response.allHeaderFields.compactMap { key, value in
+                (key as? String).map { ($0, "\(value)") }
+            })
+            guard RangeResumeRules.notResumableReason(method: "GET", status: response.statusCode, headers: headers) == nil || response.statusCode == 206 else {
+                return
+            }
+            let validators = EntityValidators(headers: headers)
+            guard validators.ifRangeValue != nil else { return }
+            point = ResumePoint(offset: bytes, validators: validators, entityLength: expected > 0 ? expected : nil)
         }
-        let headers = HTTPHeaderFields(response.allHeaderFields.compactMap { key, value in
-            (key as? String).map { ($0, "\(value)") }
-        })
-        guard RangeResumeRules.notResumableReason(method: "GET", status: response.statusCode, headers: headers) == nil || response.statusCode == 206 else {
-            return
-        }
-        let validators = EntityValidators(headers: headers)
-        guard validators.ifRangeValue != nil else { return }
         let data = ResumeData(
             url: url,
             originalURL: job.url,
             requestHeaders: HTTPHeaderFields(self.options.headers.map { ($0.0, $0.1) }),
             partialFilePath: job.partialPath,
-            resumePoint: ResumePoint(offset: bytes, validators: validators, entityLength: expected > 0 ? expected : nil)
+            resumePoint: point
         )
         job.saveCheckpoint(data.encoded())
     }

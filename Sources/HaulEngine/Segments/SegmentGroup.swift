@@ -45,8 +45,9 @@ final class SegmentGroup: @unchecked Sendable {
     private var consecutiveFailures = 0
     /// Why no more extra lanes are started, if so.
     private(set) var refusal: String?
-    /// The entity changed under the download: every lane stops and no byte on disk counts.
-    private(set) var entityChanged: URLError?
+    /// The entity changed under the download: every lane stops (any thread may ask).
+    var entityChanged: URLError? { self.changed.withLock { $0 } }
+    private let changed = Mutex<URLError?>(nil)
     private var waiters: [EventLoopPromise<Void>] = []
     /// The next look at the plan while connections are free.
     private var recheck: Scheduled<Void>?
@@ -85,6 +86,7 @@ final class SegmentGroup: @unchecked Sendable {
         self.host = TransferRun.hostKey(url)
         self.budget = budget
         self.tlsConfiguration = tlsConfiguration
+        self.length = length
         var plan = SegmentPlan(length: length, done: done, minimumSegment: minimumSegment)
         plan.addPrimary(at: primaryOffset, now: 0)
         self.plan = plan
@@ -98,21 +100,20 @@ final class SegmentGroup: @unchecked Sendable {
     var doneBytes: Int64 { self.snapshot.withLock { $0.map.byteCount } }
     /// Connections at work now, the run's own included.
     var laneCount: Int { self.snapshot.withLock { $0.lanes } }
-    var length: Int64 { self.plan.length }
+    /// The entity's length (also read from other threads).
+    let length: Int64
 
     /// Where the download could continue from (nil once the entity changed).
     var resumePoint: ResumePoint? {
-        guard self.entityChangedSnapshot == nil else { return nil }
-        return ResumePoint(done: self.map, validators: self.validators, entityLength: self.plan.length)
+        guard self.entityChanged == nil else { return nil }
+        return ResumePoint(done: self.map, validators: self.validators, entityLength: self.length)
     }
     /// The map as a resume point even after a lane saw another entity (every byte in it is of
     /// the validated one).
     var mapPoint: ResumePoint {
-        ResumePoint(done: self.map, validators: self.validators, entityLength: self.plan.length)
+        ResumePoint(done: self.map, validators: self.validators, entityLength: self.length)
     }
 
-    private let changed = Mutex<URLError?>(nil)
-    private var entityChangedSnapshot: URLError? { self.changed.withLock { $0 } }
 
     // MARK: - The run's own exchange (lane 0)
 
@@ -215,7 +216,8 @@ final class SegmentGroup: @unchecked Sendable {
         return promise.futureResult
     }
 
-    var isComplete: Bool { self.plan.isComplete }
+    /// Every byte is on disk (a snapshot, any thread).
+    var isComplete: Bool { self.doneBytes == self.length }
 
     /// Stops every extra lane (pause, cancel, or the run's exchange failed).
     func stop() {
@@ -310,7 +312,6 @@ final class SegmentGroup: @unchecked Sendable {
                 switch refusal {
                 case .entityChanged(let reason):
                     let failure = URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "the file changed on the server during the download (\(reason))"])
-                    self.entityChanged = failure
                     self.changed.withLock { $0 = failure }
                     self.stopped = true
                     for task in self.helpers.values { task.cancel() }
@@ -417,13 +418,7 @@ final class SegmentExchange: HTTPClientResponseDelegate, @unchecked Sendable {
         if self.group.hasReceivedAll(self.lane) {
             return task.eventLoop.makeFailedFuture(Refusal.reachedEnd)
         }
-        var pause = TimeAmount.zero
-        for limiter in self.group.run.bandwidthLimiters { pause = max(pause, limiter.take(allowed)) }
-        if pause > .zero {
-            let paused = task.eventLoop.scheduleTask(in: pause) {}.futureResult
-            return room.map { paused.and($0).map { _ in } } ?? paused
-        }
-        return room ?? task.eventLoop.makeSucceededVoidFuture()
+        return self.group.run.readOn(after: allowed, room: room, on: task.eventLoop)
     }
 
     func didFinishRequest(task: HTTPClient.Task<Void>) throws {

@@ -263,15 +263,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         let room = writer.enqueue(buffer)?.flatMapErrorThrowing { error in
             throw Abort.failed(error as? URLError ?? URLError(.cannotWriteToFile))
         }
-        var pause = TimeAmount.zero
-        // No array per chunk: this runs for every network read of a limited download.
-        for limiter in self.run.bandwidthLimiters { pause = max(pause, limiter.take(count)) }
-        if pause > .zero {
-            // Not reading for a while is what slows the sender down (TCP back-pressure).
-            let paused = task.eventLoop.scheduleTask(in: pause) {}.futureResult
-            return room.map { paused.and($0).map { _ in } } ?? paused
-        }
-        return room ?? task.eventLoop.makeSucceededVoidFuture()
+        return self.run.readOn(after: count, room: room, on: task.eventLoop)
     }
 
     func didReceiveError(task: HTTPClient.Task<Response>, _ error: any Error) {}

@@ -462,6 +462,22 @@ package final class TransferRun: Sendable {
     }
 }
 
+extension TransferRun {
+    /// When an exchange of this run may read on after `count` body bytes: once every speed
+    /// limit it passes allows (the longest pause wins) and the file writer has `room`. Not
+    /// reading is what slows the sender down (TCP back-pressure). No array per chunk: this runs
+    /// for every network read of a limited download, on every lane of a segmented one.
+    func readOn(after count: Int, room: EventLoopFuture<Void>?, on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
+        var pause = TimeAmount.zero
+        for limiter in self.bandwidthLimiters { pause = max(pause, limiter.take(count)) }
+        if pause > .zero {
+            let paused = eventLoop.scheduleTask(in: pause) {}.futureResult
+            return room.map { paused.and($0).map { _ in } } ?? paused
+        }
+        return room ?? eventLoop.makeSucceededVoidFuture()
+    }
+}
+
 /// Counts the body bytes written so far.
 final class SentByteCounter: Sendable {
     private let total = Mutex<Int64>(0)
