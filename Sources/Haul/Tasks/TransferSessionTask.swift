@@ -73,6 +73,9 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
         var transactions: [TransactionRecord] = []
         /// For a download made by `.becomeDownload`: the data task whose transfer it is.
         var convertedFrom: TransferSessionDataTask?
+        /// A download's other URLs of the same file (`haulMirrors`).
+        var mirrors: [URL] = []
+        var mirrorsVerifiedByChecksum = false
     }
 
     enum DataGate {
@@ -196,11 +199,14 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
         case .download: destination = .file(path: self.partialFilePath, resume: resumePoint)
         }
         let configuration = self.session.configurationSnapshot
+        let (mirrors, verified) = self.inner.withLock { ($0.mirrors, $0.mirrorsVerifiedByChecksum) }
         let run = TransferRun(
             engine: self.session.engine,
             request: request,
             destination: destination,
             resourceTimeout: .seconds(configuration.timeoutIntervalForResource),
+            mirrors: self.kind == .download ? mirrors : [],
+            mirrorPolicy: verified ? .verifiedByChecksum : .sameValidators,
             observer: self
         )
         self.inner.withLock { inner in

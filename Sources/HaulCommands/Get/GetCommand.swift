@@ -48,6 +48,15 @@ struct GetCommand: AsyncParsableCommand {
     )
     var maxConnections: Int = 16
 
+    @Option(
+        name: .customLong("mirror"),
+        help: "Another URL of the same file (repeatable; one URL only): segments come from every mirror at once, up to -x connections each."
+    )
+    var mirrors: [String] = []
+
+    @Option(name: .customLong("checksum"), help: "Expected checksum TYPE=HEX (sha256, sha1, md5) of the (single) download; a mismatch is an error.")
+    var checksum: String?
+
     @Option(name: .customLong("retries"), help: "Retries after a transient failure.")
     var retries: Int = 5
 
@@ -74,6 +83,7 @@ struct GetCommand: AsyncParsableCommand {
 
     /// URLs from the arguments and the input file, validated.
     private(set) var resolvedURLs: [URL] = []
+    private(set) var resolvedMirrors: [URL] = []
 
     mutating func validate() throws {
         var texts = self.urls
@@ -92,15 +102,13 @@ struct GetCommand: AsyncParsableCommand {
                 .filter { !$0.isEmpty && !$0.hasPrefix("#") }
         }
         guard !texts.isEmpty else { throw ValidationError("give at least one URL, or -i FILE") }
-        self.resolvedURLs = try texts.map { text in
-            guard let url = URL(string: text), let scheme = url.scheme?.lowercased() else {
-                throw ValidationError("not a URL: \(text)")
-            }
-            guard scheme == "http" || scheme == "https" else {
-                throw ValidationError("unsupported URL scheme '\(scheme)' in \(text): only http and https")
-            }
-            guard let host = url.host, !host.isEmpty else { throw ValidationError("the URL \(text) has no host") }
-            return url
+        self.resolvedURLs = try texts.map(Self.httpURL)
+        self.resolvedMirrors = try self.mirrors.map(Self.httpURL)
+        if self.resolvedURLs.count > 1, !self.mirrors.isEmpty || self.checksum != nil {
+            throw ValidationError("--mirror and --checksum apply to a single URL")
+        }
+        if let checksum {
+            do { _ = try ChecksumSpec(parsing: checksum) } catch { throw ValidationError("bad --checksum: \(error)") }
         }
         if self.output != nil, self.resolvedURLs.count > 1 {
             throw ValidationError("-o names one file; use -d DIR for several URLs")
@@ -121,6 +129,17 @@ struct GetCommand: AsyncParsableCommand {
                 throw ValidationError("no such directory: \(directory)")
             }
         }
+    }
+
+    static func httpURL(_ text: String) throws -> URL {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased() else {
+            throw ValidationError("not a URL: \(text)")
+        }
+        guard scheme == "http" || scheme == "https" else {
+            throw ValidationError("unsupported URL scheme '\(scheme)' in \(text): only http and https")
+        }
+        guard let host = url.host, !host.isEmpty else { throw ValidationError("the URL \(text) has no host") }
+        return url
     }
 
     /// `--cacert` read and `--pinnedpubkey` parsed; a clear usage error when they are wrong.
@@ -167,6 +186,8 @@ struct GetCommand: AsyncParsableCommand {
             idleTimeout: self.timeout,
             parallelism: parallelism,
             connectionsPerDownload: self.maxConnections,
+            mirrors: self.resolvedMirrors,
+            checksum: try self.checksum.map { try ChecksumSpec(parsing: $0) },
             output: self.quiet ? .quiet : (Terminal.isInteractive ? .live : .lines),
             trustedCertificates: trustedCertificates,
             pinnedKeys: pinnedKeys,

@@ -21,6 +21,10 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         var parallelism: Int
         /// `-x`: connections per download (segmented when above 1).
         var connectionsPerDownload: Int = 1
+        /// `--mirror`: other URLs of the (single) file.
+        var mirrors: [URL] = []
+        /// `--checksum`: what the (single) file must hash to.
+        var checksum: ChecksumSpec? = nil
         var output: ProgressReporter.Mode
         /// `--cacert`: roots trusted besides the system's.
         var trustedCertificates: TransferTrustedCertificates? = nil
@@ -38,6 +42,8 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         case saved(path: String, bytes: Int64)
         case httpStatus(Int, retryAfter: Double?)
         case moveFailed(String)
+        /// The file does not hash to `--checksum` (it was not kept).
+        case checksumMismatch(String)
         /// `serverStatus`: the server's unsuccessful answer, when that is the failure.
         case failed(URLError, serverStatus: Int?)
     }
@@ -54,6 +60,8 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         )
         /// Whether this attempt wrote its crash checkpoint already.
         var checkpointed = false
+        /// Mirrors whose drop was already told.
+        var toldDropped: Set<URL> = []
     }
 
     private static let clockOrigin = ContinuousClock.now
@@ -164,6 +172,9 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         }
         self.reporter.jobStarted(job.displayName)
         var attempt = 1
+        // After a checksum mismatch with mirrors, the file is fetched again from the URL alone:
+        // which mirror's bytes were wrong cannot be told afterwards.
+        var mirrors = self.options.mirrors
         while true {
             if self.interrupted { return .interrupted }
             var request = URLRequest(url: url)
@@ -174,6 +185,8 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
             } else {
                 task = self.session.downloadTask(with: request, partialFileURL: URL(fileURLWithPath: job.partialPath))
             }
+            task.haulMirrors = mirrors
+            task.haulMirrorsVerifiedByChecksum = self.options.checksum != nil
             let result = await self.perform(task, job: job)
             switch result {
             case .saved(let path, let bytes):
@@ -183,6 +196,16 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
             case .moveFailed(let message):
                 self.reporter.error("\(job.displayName): \(message)")
                 return .fileError
+            case .checksumMismatch(let message):
+                job.discardCheckpoint()
+                resumeData = nil
+                if !mirrors.isEmpty {
+                    self.reporter.note("\(job.displayName): \(message); the file had bytes from mirrors, fetching it again from \(url.absoluteString) alone")
+                    mirrors = []
+                    continue
+                }
+                self.reporter.error("\(job.displayName): \(message); the file was not kept")
+                return .serverError
             case .httpStatus(let status, let retryAfter):
                 let message = "\(url.absoluteString): server answered \(status) \(HTTPURLResponse.localizedString(forStatusCode: status))"
                 switch self.decide(attempt: attempt, failure: .serverStatus(status), retryAfter: retryAfter, hasResumePoint: resumeData != nil) {
@@ -372,11 +395,15 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
     }
 
     func urlSession(_ session: TransferSession, downloadTask: TransferSessionDownloadTask, didFinishDownloadingTo location: URL) {
+        self.reportDroppedMirrors(downloadTask)
         guard let job = self.lock.withLock({ self.pending[downloadTask.taskIdentifier]?.job }) else { return }
         let response = downloadTask.response as? HTTPURLResponse
         let status = response?.statusCode ?? 0
         let result: AttemptResult
-        if (200..<300).contains(status) {
+        if (200..<300).contains(status), let mismatch = self.checksumMismatch(location.path) {
+            unlink(location.path)
+            result = .checksumMismatch(mismatch)
+        } else if (200..<300).contains(status) {
             let size = downloadTask.countOfBytesReceived
             do {
                 let path = try job.moveIntoPlace(location.path, response: response)
@@ -389,6 +416,34 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
             result = .httpStatus(status, retryAfter: retryAfter)
         }
         self.lock.withLock { self.pending[downloadTask.taskIdentifier]?.finished = result }
+    }
+
+    /// Why the file at `path` is not the one `--checksum` names (`nil`: it is, or none given).
+    private func checksumMismatch(_ path: String) -> String? {
+        guard let spec = self.options.checksum else { return nil }
+        do {
+            let actual = try FileChecksum.hexDigest(ofFileAt: path, algorithm: spec.algorithm)
+            return actual == spec.hexDigest ? nil : "checksum mismatch: expected \(spec.algorithm.rawValue)=\(spec.hexDigest), got \(actual)"
+        } catch {
+            return "cannot verify the checksum: \(error.localizedDescription)"
+        }
+    }
+
+    /// Tells each mirror's drop once, with its reason.
+    private func reportDroppedMirrors(_ task: TransferSessionDownloadTask) {
+        guard !self.options.mirrors.isEmpty else { return }
+        let dropped = task.haulSources.filter { $0.droppedReason != nil }
+        guard !dropped.isEmpty else { return }
+        let new = self.lock.withLock { () -> [HaulDownloadSource] in
+            guard var entry = self.pending[task.taskIdentifier] else { return [] }
+            let new = dropped.filter { !entry.toldDropped.contains($0.url) }
+            for source in new { entry.toldDropped.insert(source.url) }
+            self.pending[task.taskIdentifier] = entry
+            return new
+        }
+        for source in new {
+            self.reporter.note("mirror \(source.url.absoluteString) dropped: \(source.droppedReason!)")
+        }
     }
 
     func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {
@@ -428,6 +483,7 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
             return entry.job
         }
         if let due { self.writeCrashCheckpoint(downloadTask, job: due, bytes: totalBytesWritten, expected: totalBytesExpectedToWrite) }
+        self.reportDroppedMirrors(downloadTask)
         guard let job = self.lock.withLock({ self.pending[downloadTask.taskIdentifier]?.job }) else { return }
         self.reporter.progress(
             task: downloadTask.taskIdentifier,

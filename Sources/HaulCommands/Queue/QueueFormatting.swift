@@ -59,14 +59,24 @@ enum QueueFormatting {
         return line
     }
 
+    /// A URL of the download, with what it contributes while the download runs segmented:
+    /// `URL (12.0 MiB, 4 connections)` or `URL (dropped: reason)`.
+    static func sourceLine(_ url: URL?, _ download: QueuedDownloadInfo) -> String {
+        guard let url else { return "" }
+        guard let source = download.sources?.first(where: { $0.url == url }) else { return url.absoluteString }
+        if let reason = source.dropped { return "\(url.absoluteString) (dropped: \(reason))" }
+        let connections = source.connections == 1 ? "1 connection" : "\(source.connections) connections"
+        return "\(url.absoluteString) (\(ByteCountFormatting.bytes(source.bytes)), \(connections))"
+    }
+
     static func details(_ download: QueuedDownloadInfo) -> String {
         var lines: [(String, String)] = [
             ("id", "\(download.id)"),
             ("gid", download.gid),
             ("state", download.state.rawValue),
-            ("url", download.urls.first?.absoluteString ?? ""),
+            ("url", Self.sourceLine(download.urls.first, download)),
         ]
-        for mirror in download.urls.dropFirst() { lines.append(("mirror", mirror.absoluteString)) }
+        for mirror in download.urls.dropFirst() { lines.append(("mirror", Self.sourceLine(mirror, download))) }
         lines.append(("directory", download.directory))
         lines.append(("name", download.fileName ?? "-"))
         if let path = download.path { lines.append((download.state == .complete ? "file" : "partial file", path)) }

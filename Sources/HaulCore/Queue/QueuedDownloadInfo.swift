@@ -41,6 +41,9 @@ public struct QueuedDownloadInfo: Codable, Sendable, Hashable {
     public var maximumConnections: Int?
     /// Which bytes are on disk, when they are not one prefix (a segmented download).
     public var segments: ByteRangeSet?
+    /// A running segmented download's servers: the primary, then each mirror, with the bytes
+    /// it wrote this run, its connections, and why a mirror was dropped.
+    public var sources: [SegmentSourceReport]?
     public var createdAt: Date
     public var startedAt: Date?
     public var finishedAt: Date?

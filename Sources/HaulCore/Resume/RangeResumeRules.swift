@@ -131,7 +131,9 @@ public enum RangeResumeRules {
         validators: EntityValidators
     ) -> SegmentVerdict {
         let answered = EntityValidators(headers: headers)
-        let differs = answered.ifRangeValue != nil && !answered.identifiesSameEntity(as: validators)
+        // Without validators of its own to compare (a mirror's first answer), only the
+        // length and the range are judged.
+        let differs = validators.ifRangeValue != nil && answered.ifRangeValue != nil && !answered.identifiesSameEntity(as: validators)
         if status == 200 {
             // With If-Range, a 200 is the server's way to say the entity changed; without a
             // different validator it may simply ignore ranges.

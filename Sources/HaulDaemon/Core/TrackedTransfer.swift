@@ -97,6 +97,9 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
     /// Connections fetching the body now (0 before the run answered).
     var connectionCount: Int { self.run.withLock { $0.run }?.connectionCount ?? 0 }
 
+    /// The primary and mirrors of a segmented transfer (bytes, connections, why dropped).
+    var sourceReports: [SegmentSourceReport] { self.run.withLock { $0.run }?.sourceReports ?? [] }
+
     /// A segmented download's map of bytes written so far (read it before syncing the file).
     func segmentMap() -> ResumePoint? {
         guard let point = self.run.withLock({ $0.run })?.currentResumePoint, point.mapped == true else { return nil }
@@ -176,6 +179,10 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
         }
         if checkpoint { self.owner.transferCheckpointDue(self) }
         if progress { self.owner.transferProgressed(self) }
+    }
+
+    func transferRun(_ run: TransferRun, droppedMirror url: URL, reason: String) {
+        self.owner.transfer(self, droppedMirror: url, reason: reason)
     }
 
     func transferRun(_ run: TransferRun, didReceive body: ByteBuffer) {

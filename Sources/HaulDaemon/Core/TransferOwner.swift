@@ -1,3 +1,4 @@
+import Foundation
 import HaulCore
 
 /// One kind of durable transfer that ``TransferCore`` runs: the tasks of background sessions
@@ -31,4 +32,12 @@ protocol TransferOwner: AnyObject, Sendable {
 
     /// Live progress is due (at most once per progress interval per transfer).
     func transferProgressed(_ transfer: TrackedTransfer)
+
+    /// A mirror of the segmented transfer contributes nothing more (once per mirror and run,
+    /// on an event loop: do not block).
+    func transfer(_ transfer: TrackedTransfer, droppedMirror url: URL, reason: String)
+}
+
+extension TransferOwner {
+    func transfer(_ transfer: TrackedTransfer, droppedMirror url: URL, reason: String) {}
 }

@@ -59,6 +59,10 @@ extension DownloadQueue {
         }
     }
 
+    func transfer(_ transfer: TrackedTransfer, droppedMirror url: URL, reason: String) {
+        self.logger.notice("download \(transfer.id.number): mirror \(url.absoluteString) dropped: \(reason)")
+    }
+
     func transferProgressed(_ transfer: TrackedTransfer) {
         self.broadcast(transfer)
     }
@@ -115,6 +119,10 @@ extension DownloadQueue {
             speedLimit: download.speedLimit,
             cadence: self.core.configuration.cadence
         )
+        // Every other URL is a mirror the segments come from too (unless the file failed its
+        // checksum with mirror bytes before).
+        let distrusted = self.state.withLock { $0.mirrorsDistrusted.contains(id) }
+        let mirrors = distrusted ? [] : download.urls.filter { $0 != download.url }
         let run = TransferRun(
             engine: self.core.engine,
             request: TransferRequest(url: download.url, method: "GET", headers: Self.headers(download.requestHeaders)),
@@ -122,6 +130,8 @@ extension DownloadQueue {
             resourceTimeout: nil,
             bandwidthLimiters: [self.core.globalLimiter, transfer.speedLimiter],
             maximumConnections: download.connections ?? self.settings.connectionsPerDownload ?? QueueSettings.defaultConnectionsPerDownload,
+            mirrors: mirrors,
+            mirrorPolicy: download.checksum != nil ? .verifiedByChecksum : .sameValidators,
             observer: transfer
         )
         self.state.withLock { $0.running[id] = Running(transfer: transfer, run: run, stored: download) }
@@ -268,26 +278,33 @@ extension DownloadQueue {
 
     /// Checks the complete partial file: length and, when given, checksum.
     /// Returns `nil` when it is good, else the reason.
-    private func verify(id: Int64, total: Int64) -> String? {
+    /// Why a finished file is not the download's (`nil`: it is).
+    struct Verdict {
+        var message: String
+        /// The bytes are all there but do not hash to the given checksum.
+        var isChecksumMismatch = false
+    }
+
+    private func verify(id: Int64, total: Int64) -> Verdict? {
         guard let download = try? self.store.download(id: id), let partial = download.partialPath else {
-            return "the download's record is gone"
+            return Verdict(message: "the download's record is gone")
         }
-        guard let size = PartialFileSize.of(partial) else { return "the partial file \(partial) is gone" }
-        guard size == total else { return "the file has \(size) bytes but the server's entity has \(total)" }
+        guard let size = PartialFileSize.of(partial) else { return Verdict(message: "the partial file \(partial) is gone") }
+        guard size == total else { return Verdict(message: "the file has \(size) bytes but the server's entity has \(total)") }
         guard let checksum = download.checksum else { return nil }
         do {
             let spec = try ChecksumSpec(parsing: checksum)
             let actual = try FileChecksum.hexDigest(ofFileAt: partial, algorithm: spec.algorithm)
             guard actual == spec.hexDigest else {
-                return "checksum mismatch: expected \(spec.algorithm.rawValue)=\(spec.hexDigest), got \(actual)"
+                return Verdict(message: "checksum mismatch: expected \(spec.algorithm.rawValue)=\(spec.hexDigest), got \(actual)", isChecksumMismatch: true)
             }
             return nil
         } catch {
-            return "cannot verify the checksum: \(error)"
+            return Verdict(message: "cannot verify the checksum: \(error)")
         }
     }
 
-    private func finish(_ id: Int64, transfer: TrackedTransfer, total: Int64, url: URL, disposition: String?, verdict: String?) {
+    private func finish(_ id: Int64, transfer: TrackedTransfer, total: Int64, url: URL, disposition: String?, verdict: Verdict?) {
         let running = self.state.withLock { $0.running.removeValue(forKey: id) }
         defer { self.ended(id) }
         do {
@@ -297,7 +314,26 @@ extension DownloadQueue {
                 self.stopped(id, intent: running!.intent!, transfer: transfer, point: nil)
                 return
             }
-            if let verdict {
+            if let verdict, verdict.isChecksumMismatch, download.urls.count > 1,
+                self.state.withLock({ $0.mirrorsDistrusted.insert(id).inserted })
+            {
+                // Which mirror's bytes were wrong cannot be told afterwards: fetch the whole
+                // file again from one URL.
+                unlink(partial)
+                let message = "\(verdict.message); the file had bytes from mirrors, fetching it again from \(download.url.absoluteString) alone"
+                let updated = try self.updateDownload(id: id) { download in
+                    download.state = .waiting
+                    download.errorMessage = message
+                    download.bytesDone = 0
+                    download.segments = nil
+                    download.entityTag = nil
+                    download.lastModified = nil
+                }
+                self.logger.warning("download \(id): \(message)")
+                if let updated { self.publish(.changed(updated.info)) }
+                return
+            }
+            if let verdict = verdict?.message {
                 // A bad file is never presented as finished; resuming starts over.
                 let updated = try self.updateDownload(id: id) { download in
                     download.state = .error

@@ -60,6 +60,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var progressSubscriberIDs: Set<UInt64> = []
         var nextSubscriber: UInt64 = 0
         var isShuttingDown = false
+        /// Downloads whose file failed its checksum with bytes from mirrors: fetched from one
+        /// URL from then on.
+        var mirrorsDistrusted: Set<Int64> = []
         /// Every download, for lists and counts (the store is the durable copy).
         var index = DownloadIndex()
     }
@@ -207,6 +210,8 @@ public final class DownloadQueue: TransferOwner, Sendable {
         let connections = transfer.connectionCount
         info.connections = connections > 0 ? connections : nil
         if let map = transfer.segmentMap() { info.segments = map.done }
+        let sources = transfer.sourceReports
+        if sources.count > 1 { info.sources = sources }
         return info
     }
 

@@ -9,6 +9,14 @@ import Synchronization
 /// The extra connections of one segmented download, and the ``SegmentPlan`` they share with
 /// the run's own exchange (lane 0, a request from the first missing byte on).
 ///
+/// Lanes fetch from *sources*: the primary URL (the run's) and any mirrors. Each source has a
+/// budget of connections of its own (`-x N` is per server), each lane takes a slot of its
+/// source's host limit, and a free connection goes to the source that is fastest per
+/// connection, so faster servers end up fetching more (a lane that finishes early takes half of
+/// the slowest one's rest). A mirror's first answer decides whether it may contribute at all
+/// (``MirrorRules``); a mirror that disagrees, refuses ranges or changes is dropped with its
+/// reason, never the download.
+///
 /// Created when the run's exchange has a response worth splitting (a resumable entity of known
 /// length). Extra connections start once the partial file is open, each taking a slot of the
 /// host's connection limit only when one is free and nobody waits for it; a lane that finishes
@@ -24,15 +32,15 @@ import Synchronization
 final class SegmentGroup: @unchecked Sendable {
     let run: TransferRun
     let eventLoop: any EventLoop
-    let url: URL
-    let headers: HTTPHeaders
     let validators: EntityValidators
-    let ifRange: String
     let path: String
-    let host: String
-    /// Lanes at once, the run's own included.
+    /// Lanes at once per source, the run's own included.
     let budget: Int
-    let tlsConfiguration: TLSConfiguration?
+    let mirrorPolicy: MirrorRules.Policy
+    /// Index 0: the primary; then the mirrors.
+    private var sources: [SegmentSource]
+    /// Which source each running lane fetches from.
+    private var laneSource: [Int: Int] = [0: 0]
     private var plan: SegmentPlan
     private var helpers: [Int: HTTPClient.Task<Void>] = [:]
     /// Lanes told to stop by the plan (their end is not a failure).
@@ -42,8 +50,7 @@ final class SegmentGroup: @unchecked Sendable {
     private var primaryRunning = true
     /// The run's own exchange received everything its lane needs.
     private(set) var primaryLaneDone = false
-    private var consecutiveFailures = 0
-    /// Why no more extra lanes are started, if so.
+    /// Why no more lanes are started on the primary, if so.
     private(set) var refusal: String?
     /// The entity changed under the download: every lane stops (any thread may ask).
     var entityChanged: URLError? { self.changed.withLock { $0 } }
@@ -58,8 +65,10 @@ final class SegmentGroup: @unchecked Sendable {
     private var primaryWaiter: EventLoopPromise<Bool>?
     private let origin = NIODeadline.now()
 
-    private let snapshot: Mutex<(map: ByteRangeSet, lanes: Int)>
+    private let snapshot: Mutex<(map: ByteRangeSet, lanes: Int, sources: [SegmentSourceReport])>
 
+    /// - Parameters:
+    ///   - mirrors: other URLs of the same file, with the reason for those already dropped.
     init(
         run: TransferRun,
         url: URL,
@@ -71,26 +80,48 @@ final class SegmentGroup: @unchecked Sendable {
         path: String,
         budget: Int,
         minimumSegment: Int64,
-        tlsConfiguration: TLSConfiguration?
+        tlsConfiguration: TLSConfiguration?,
+        mirrors: [(url: URL, dropped: String?)] = [],
+        mirrorPolicy: MirrorRules.Policy = .sameValidators
     ) {
         self.run = run
         self.eventLoop = run.eventLoop
-        self.url = url
         var headers = HTTPHeaders(requestHeaders.fields.map { ($0.name, $0.value) })
         headers.remove(name: "Range")
         headers.remove(name: "If-Range")
-        self.headers = headers
         self.validators = validators
-        self.ifRange = validators.ifRangeValue ?? ""
         self.path = path
-        self.host = TransferRun.hostKey(url)
         self.budget = budget
-        self.tlsConfiguration = tlsConfiguration
+        self.mirrorPolicy = mirrorPolicy
         self.length = length
+        var sources = [
+            SegmentSource(
+                url: url, host: TransferRun.hostKey(url), isPrimary: true, headers: headers, ifRange: validators.ifRangeValue,
+                validators: validators, stage: .accepted, tls: .ready(tlsConfiguration), lanes: 1
+            )
+        ]
+        for mirror in mirrors where mirror.url != url {
+            var mirrorHeaders = headers
+            if !SegmentSource.sameOrigin(mirror.url, url) {
+                // Credentials and cookies were meant for the primary's origin.
+                mirrorHeaders.remove(name: "Authorization")
+                mirrorHeaders.remove(name: "Cookie")
+                if let cookies = run.engine.cookieJar?.cookieHeader(for: mirror.url) { mirrorHeaders.add(name: "Cookie", value: cookies) }
+            }
+            let https = mirror.url.scheme?.lowercased() == "https"
+            sources.append(
+                SegmentSource(
+                    url: mirror.url, host: TransferRun.hostKey(mirror.url), isPrimary: false, headers: mirrorHeaders, ifRange: nil,
+                    validators: EntityValidators(), stage: mirror.dropped.map { .dropped($0) } ?? .untried,
+                    tls: https && run.engine.trustGate != nil ? .unresolved : .ready(nil)
+                )
+            )
+        }
+        self.sources = sources
         var plan = SegmentPlan(length: length, done: done, minimumSegment: minimumSegment)
         plan.addPrimary(at: primaryOffset, now: 0)
         self.plan = plan
-        self.snapshot = Mutex((plan.done, 1))
+        self.snapshot = Mutex((plan.done, 1, sources.map(\.report)))
     }
 
     private var now: Double { Double((NIODeadline.now() - self.origin).nanoseconds) / 1e9 }
@@ -100,6 +131,8 @@ final class SegmentGroup: @unchecked Sendable {
     var doneBytes: Int64 { self.snapshot.withLock { $0.map.byteCount } }
     /// Connections at work now, the run's own included.
     var laneCount: Int { self.snapshot.withLock { $0.lanes } }
+    /// The primary and each mirror: bytes, connections, why dropped (a snapshot, any thread).
+    var sourceReports: [SegmentSourceReport] { self.snapshot.withLock { $0.sources } }
     /// The entity's length (also read from other threads).
     let length: Int64
 
@@ -138,7 +171,13 @@ final class SegmentGroup: @unchecked Sendable {
         self.eventLoop.assertInEventLoop()
         let finished = self.plan.written(lane, count: Int64(count))
         let done = self.plan.done
-        self.snapshot.withLock { $0.map = done }
+        let source = self.laneSource[lane] ?? 0
+        self.sources[source].bytes += Int64(count)
+        let bytes = self.sources[source].bytes
+        self.snapshot.withLock {
+            $0.map = done
+            $0.sources[source].bytes = bytes
+        }
         self.run.observer.transferRun(self.run, didWrite: count, totalOnDisk: done.byteCount, expectedTotal: self.plan.length)
         for id in finished where !self.stoppedByPlan.contains(id) {
             // Lane 0 at its end decides itself (``primaryAtEnd()``); covered by another lane's
@@ -202,6 +241,7 @@ final class SegmentGroup: @unchecked Sendable {
         self.primaryWaiter = nil
         if laneDone { self.primaryLaneDone = true }
         self.plan.laneEnded(0)
+        if self.laneSource.removeValue(forKey: 0) != nil { self.sources[0].lanes -= 1 }
         self.updateLaneCount()
         self.fill()
         self.checkDone()
@@ -233,26 +273,34 @@ final class SegmentGroup: @unchecked Sendable {
     // MARK: - Extra lanes
 
     private func fill() {
-        guard self.fileReady, !self.stopped, self.refusal == nil, self.entityChanged == nil, !self.plan.isComplete else { return }
+        guard self.fileReady, !self.stopped, self.entityChanged == nil, !self.plan.isComplete else { return }
         // Plan every free connection first, then send: a lane split by a later assignment of
         // this round asks only for its final range (no connection is cut right after opening).
-        var assignments: [SegmentPlan.Assignment] = []
-        while self.plan.lanes.count < self.budget {
-            guard self.run.engine.limiter.tryAcquire(host: self.host) else { break }
+        var assignments: [(SegmentPlan.Assignment, source: Int)] = []
+        var order: [Int]?
+        while true {
+            // The fastest source per connection first (an untried mirror before all: its speed
+            // is worth learning); each within its own budget and host slots.
+            let candidates = order ?? self.sourcesBySpeed()
+            order = candidates
+            guard let source = candidates.first(where: { self.mayStartLane(on: $0) && self.run.engine.limiter.tryAcquire(host: self.sources[$0].host) }) else { break }
             guard let assignment = self.plan.assign(now: self.now) else {
-                self.run.engine.limiter.release(host: self.host)
+                self.run.engine.limiter.release(host: self.sources[source].host)
                 break
             }
-            assignments.append(assignment)
+            self.sources[source].lanes += 1
+            if case .untried = self.sources[source].stage { self.sources[source].stage = .probing }
+            self.laneSource[assignment.lane] = source
+            assignments.append((assignment, source))
         }
-        for var assignment in assignments {
+        for (var assignment, source) in assignments {
             if let end = self.plan.lanes[assignment.lane]?.end { assignment.range = assignment.range.lowerBound..<end }
-            self.start(assignment)
+            self.start(assignment, source: source)
         }
         self.updateLaneCount()
         // With connections to spare, look again soon: a lane that goes silent is worth
         // fetching a second time even when no byte arrives anywhere to wake the plan up.
-        if self.plan.lanes.count < self.budget, !self.plan.lanes.isEmpty, self.recheck == nil {
+        if self.sources.indices.contains(where: self.mayStartLane(on:)), !self.plan.lanes.isEmpty, self.recheck == nil {
             self.recheck = self.eventLoop.scheduleTask(in: .milliseconds(50)) {
                 self.recheck = nil
                 self.fill()
@@ -260,21 +308,84 @@ final class SegmentGroup: @unchecked Sendable {
         }
     }
 
-    private func start(_ assignment: SegmentPlan.Assignment) {
+    /// Whether a lane may start on source `index` now (host slots aside).
+    private func mayStartLane(on index: Int) -> Bool {
+        guard index != 0 || self.refusal == nil else { return false }
+        return self.sources[index].canTakeLane && self.sources[index].lanes < self.budget
+    }
+
+    /// Source indices, fastest per connection first; mirrors never tried come first (their
+    /// speed is worth learning), and TLS decisions still missing for a mirror are asked for.
+    private func sourcesBySpeed() -> [Int] {
+        var measured: [Int: [Double]] = [:]
+        for (lane, state) in self.plan.lanes {
+            guard let source = self.laneSource[lane], let speed = self.plan.speed(state, now: self.now) else { continue }
+            measured[source, default: []].append(speed)
+        }
+        for (source, speeds) in measured { self.sources[source].speed = speeds.reduce(0, +) / Double(speeds.count) }
+        for index in self.sources.indices where !self.sources[index].isDropped {
+            if case .unresolved = self.sources[index].tls { self.resolveTLS(index) }
+        }
+        return self.sources.indices.sorted { a, b in
+            let x = self.sources[a].speed ?? .infinity
+            let y = self.sources[b].speed ?? .infinity
+            return x != y ? x > y : a < b
+        }
+    }
+
+    /// Asks the engine's trust gate about a mirror's server (its first connection waits).
+    private func resolveTLS(_ index: Int) {
+        self.sources[index].tls = .resolving
+        let url = self.sources[index].url
+        guard let gate = self.run.engine.trustGate, let host = url.host else {
+            self.sources[index].tls = .ready(nil)
+            return
+        }
+        let proxy = self.run.engine.configuration.proxies.proxy(for: url)
+        Task {
+            let decision = await gate.decision(host: host, port: url.port ?? 443, proxy: proxy)
+            self.eventLoop.execute {
+                switch decision {
+                case .useDefault: self.sources[index].tls = .ready(nil)
+                case .use(let configuration): self.sources[index].tls = .ready(configuration)
+                case .refused(let error): self.drop(index, reason: "its server was not trusted (\(error.localizedDescription))")
+                }
+                self.fill()
+            }
+        }
+    }
+
+    /// A mirror contributes nothing more (its lanes stop; the bytes they wrote were checked
+    /// when it was accepted and stay).
+    private func drop(_ index: Int, reason: String) {
+        guard !self.sources[index].isDropped else { return }
+        self.sources[index].stage = .dropped(reason)
+        self.run.mirrorDropped(self.sources[index].url, reason: reason)
+        for (lane, source) in self.laneSource where source == index && lane != 0 {
+            self.stoppedByPlan.insert(lane)
+            self.helpers[lane]?.cancel()
+        }
+        self.updateLaneCount()
+    }
+
+    private func start(_ assignment: SegmentPlan.Assignment, source index: Int) {
         let lane = assignment.lane
         let range = assignment.range
-        var headers = self.headers
+        let source = self.sources[index]
+        var headers = source.headers
         headers.replaceOrAdd(name: "Range", value: "bytes=\(range.lowerBound)-\(range.upperBound - 1)")
-        headers.replaceOrAdd(name: "If-Range", value: self.ifRange)
+        if let ifRange = source.ifRange { headers.replaceOrAdd(name: "If-Range", value: ifRange) }
+        var tlsConfiguration: TLSConfiguration?
+        if case .ready(let configuration) = source.tls { tlsConfiguration = configuration }
         let request: HTTPClient.Request
         do {
-            request = try HTTPClient.Request(url: self.url, method: .GET, headers: headers, tlsConfiguration: self.tlsConfiguration)
+            request = try HTTPClient.Request(url: source.url, method: .GET, headers: headers, tlsConfiguration: tlsConfiguration)
         } catch {
             self.laneEnded(lane, .failure(error))
             return
         }
         let delegate = SegmentExchange(group: self, lane: lane, range: range)
-        let (client, _, _) = self.run.engine.client(for: self.url, decodes: false)
+        let (client, _, _) = self.run.engine.client(for: source.url, decodes: false)
         let task = client.execute(request: request, delegate: delegate, eventLoop: .indifferent)
         self.helpers[lane] = task
         task.futureResult.hop(to: self.eventLoop).whenComplete { result in
@@ -292,10 +403,19 @@ final class SegmentGroup: @unchecked Sendable {
     private func laneEnded(_ lane: Int, _ result: Result<Void, any Error>) {
         self.eventLoop.assertInEventLoop()
         self.helpers[lane] = nil
-        self.run.engine.limiter.release(host: self.host)
+        let index = self.laneSource.removeValue(forKey: lane) ?? 0
+        self.sources[index].lanes -= 1
+        self.run.engine.limiter.release(host: self.sources[index].host)
         let byPlan = self.stoppedByPlan.remove(lane) != nil
+        if let state = self.plan.lanes[lane], let speed = self.plan.speed(state, now: self.now) {
+            self.sources[index].speed = speed
+        }
         self.plan.laneEnded(lane)
         self.validated.remove(lane)
+        if case .probing = self.sources[index].stage {
+            // The first answer never came (or the connection failed): try again later.
+            self.sources[index].stage = .untried
+        }
         defer {
             // Without other lanes, the run's own request (to the end of the file) takes back
             // what it can.
@@ -304,26 +424,33 @@ final class SegmentGroup: @unchecked Sendable {
         }
         switch result {
         case .success:
-            self.consecutiveFailures = 0
+            self.sources[index].consecutiveFailures = 0
         case .failure(let error):
             if byPlan || self.stopped {
                 break
             } else if let refusal = error as? SegmentExchange.Refusal {
                 switch refusal {
-                case .entityChanged(let reason):
+                case .entityChanged(let reason) where index == 0:
                     let failure = URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "the file changed on the server during the download (\(reason))"])
                     self.changed.withLock { $0 = failure }
                     self.stopped = true
                     for task in self.helpers.values { task.cancel() }
                     self.run.cancelCurrentExchange()
-                case .notUsable(let reason):
+                case .entityChanged(let reason):
+                    self.drop(index, reason: "the mirror's file changed (\(reason))")
+                case .notUsable(let reason) where index == 0:
                     self.refuse(reason)
+                case .notUsable(let reason), .mirrorDropped(let reason):
+                    self.drop(index, reason: reason)
                 case .reachedEnd:
                     break
                 }
             } else {
-                self.consecutiveFailures += 1
-                if self.consecutiveFailures >= 3 { self.refuse("three extra connections in a row failed (\(error))") }
+                self.sources[index].consecutiveFailures += 1
+                if self.sources[index].consecutiveFailures >= 3 {
+                    let reason = "three connections in a row failed (\(error))"
+                    if index == 0 { self.refuse(reason) } else { self.drop(index, reason: reason) }
+                }
             }
         }
         self.updateLaneCount()
@@ -331,8 +458,8 @@ final class SegmentGroup: @unchecked Sendable {
         self.checkDone()
     }
 
-    /// No more extra lanes: the run's own exchange (a request to the end of the file) takes
-    /// back what it can.
+    /// No more extra lanes on the primary: the run's own exchange (a request to the end of
+    /// the file) takes back what it can, and mirrors go on.
     private func refuse(_ reason: String) {
         self.refusal = reason
         if self.primaryRunning { self.plan.extend(0) }
@@ -340,7 +467,11 @@ final class SegmentGroup: @unchecked Sendable {
 
     private func updateLaneCount() {
         let count = self.plan.lanes.count
-        self.snapshot.withLock { $0.lanes = count }
+        let reports = self.sources.map(\.report)
+        self.snapshot.withLock {
+            $0.lanes = count
+            $0.sources = reports
+        }
     }
 
     private func checkDone() {
@@ -352,77 +483,29 @@ final class SegmentGroup: @unchecked Sendable {
         for waiter in waiters { waiter.succeed(()) }
     }
 
-    /// What a lane's answer head means for the download (for ``SegmentExchange``).
-    func judge(status: Int, headers: HTTPHeaderFields, range: Range<Int64>) -> SegmentExchange.Refusal? {
-        switch RangeResumeRules.judgeSegment(status: status, headers: headers, asked: range, length: self.plan.length, validators: self.validators) {
+    /// What a lane's answer head means for the download (for ``SegmentExchange``): a mirror's
+    /// first answer decides whether it is accepted; later ones are judged against the
+    /// validators of the lane's source.
+    func judge(lane: Int, status: Int, headers: HTTPHeaderFields, range: Range<Int64>) -> SegmentExchange.Refusal? {
+        self.eventLoop.assertInEventLoop()
+        guard let index = self.laneSource[lane] else { return .reachedEnd }
+        let source = self.sources[index]
+        if case .dropped(let reason) = source.stage { return .mirrorDropped(reason) }
+        if case .probing = source.stage {
+            switch MirrorRules.judgeFirstAnswer(status: status, headers: headers, asked: range, length: self.plan.length, primary: self.validators, policy: self.mirrorPolicy) {
+            case .accepted(let ifRange, let validators):
+                self.sources[index].stage = .accepted
+                self.sources[index].ifRange = ifRange
+                self.sources[index].validators = validators
+                return nil
+            case .dropped(let reason):
+                return .mirrorDropped(reason)
+            }
+        }
+        switch RangeResumeRules.judgeSegment(status: status, headers: headers, asked: range, length: self.plan.length, validators: source.validators) {
         case .usable: return nil
         case .entityChanged(let reason): return .entityChanged(reason)
         case .notUsable(let reason): return .notUsable(reason)
         }
     }
 }
-
-/// One extra lane's exchange: checks the `206`, queues the bytes that belong to the lane for
-/// the file (positioned writes through a ``FileBodyWriter`` of its own on the shared partial
-/// file), honours the run's speed limits, and ends early once the lane has all it needs.
-final class SegmentExchange: HTTPClientResponseDelegate, @unchecked Sendable {
-    // @unchecked: AsyncHTTPClient calls a delegate on its event loop, one call at a time.
-    typealias Response = Void
-
-    enum Refusal: Error {
-        case entityChanged(String)
-        case notUsable(String)
-        /// The lane has what it needs (not a failure).
-        case reachedEnd
-    }
-
-    let group: SegmentGroup
-    let lane: Int
-    let range: Range<Int64>
-    private(set) var writer: FileBodyWriter?
-
-    init(group: SegmentGroup, lane: Int, range: Range<Int64>) {
-        self.group = group
-        self.lane = lane
-        self.range = range
-    }
-
-    func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
-        let headers = HTTPHeaderFields(head.headers.map { ($0.name, $0.value) })
-        if let refusal = self.group.judge(status: Int(head.status.code), headers: headers, range: self.range) {
-            return task.eventLoop.makeFailedFuture(refusal)
-        }
-        self.group.laneValidated(self.lane)
-        let run = self.group.run
-        let path = self.group.path
-        let group = self.group
-        let lane = self.lane
-        self.writer = FileBodyWriter(
-            open: { () throws(URLError) -> PartialFile in try run.openFile(path: path) },
-            offset: self.range.lowerBound,
-            eventLoop: group.eventLoop,
-            pool: run.engine.fileIOPool
-        ) { count in
-            group.written(lane, count: count)
-        }
-        return task.eventLoop.makeSucceededVoidFuture()
-    }
-
-    func didReceiveBodyPart(task: HTTPClient.Task<Void>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-        guard let writer = self.writer else { return task.eventLoop.makeSucceededVoidFuture() }
-        let allowed = self.group.received(self.lane, count: buffer.readableBytes)
-        var room: EventLoopFuture<Void>?
-        if allowed > 0 {
-            room = writer.enqueue(allowed == buffer.readableBytes ? buffer : buffer.getSlice(at: buffer.readerIndex, length: allowed)!)
-        }
-        if self.group.hasReceivedAll(self.lane) {
-            return task.eventLoop.makeFailedFuture(Refusal.reachedEnd)
-        }
-        return self.group.run.readOn(after: allowed, room: room, on: task.eventLoop)
-    }
-
-    func didFinishRequest(task: HTTPClient.Task<Void>) throws {
-        guard self.writer != nil else { throw Refusal.notUsable("no answer") }
-    }
-}
-

@@ -13,7 +13,7 @@ extension TransferRun {
     func makeSegmentGroup(response: ResponseInfo, request: TransferRequest, fileOffset: Int64, path: String, tlsConfiguration: TLSConfiguration?) -> SegmentGroup? {
         let configuration = self.engine.configuration
         let budget = self.maximumConnections ?? configuration.maximumConnectionsPerDownload
-        guard budget > 1, request.method.uppercased() == "GET" else { return nil }
+        guard budget > 1 || !self.mirrors.isEmpty, request.method.uppercased() == "GET" else { return nil }
         let entity = self.state.withLock { state in (state.machine.entity, state.machine.expectedTotal) }
         guard let (validators, isResumable, segments) = entity.0, isResumable, let length = entity.1,
             RangeResumeRules.contentLength(of: response.headers) != nil || response.statusCode == 206,
@@ -22,6 +22,7 @@ extension TransferRun {
         var done = segments ?? ByteRangeSet()
         done.insert(0..<fileOffset)
         guard length - done.byteCount >= 2 * configuration.minimumSegmentBytes else { return nil }
+        let dropped = self.state.withLock { $0.droppedMirrors }
         let group = SegmentGroup(
             run: self,
             url: response.url,
@@ -33,10 +34,22 @@ extension TransferRun {
             path: path,
             budget: budget,
             minimumSegment: configuration.minimumSegmentBytes,
-            tlsConfiguration: tlsConfiguration
+            tlsConfiguration: tlsConfiguration,
+            mirrors: self.mirrors.map { ($0, dropped[$0]) },
+            mirrorPolicy: self.mirrorPolicy
         )
         self.state.withLock { $0.segments = group }
         return group
+    }
+
+    /// A mirror may not contribute to this run any more (told to the observer once).
+    func mirrorDropped(_ url: URL, reason: String) {
+        let first = self.state.withLock { state -> Bool in
+            guard state.droppedMirrors[url] == nil else { return false }
+            state.droppedMirrors[url] = reason
+            return true
+        }
+        if first { self.observer.transferRun(self, droppedMirror: url, reason: reason) }
     }
 
     /// Ends the run's current exchange without stopping the run (its lane is done).
@@ -56,6 +69,8 @@ extension TransferRun {
             group.primaryEnded(laneDone: laneDone)
             return group.finished()
         }.get()
+        let reports = group.sourceReports
+        self.state.withLock { $0.lastSourceReports = reports }
         if let changed = group.entityChanged {
             // A lane was answered with another entity (or a length that is not this one's).
             // Every byte in the map is of the entity the run validated, so the run asks again

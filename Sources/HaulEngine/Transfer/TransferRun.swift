@@ -50,6 +50,10 @@ package final class TransferRun: Sendable {
         var segments: SegmentGroup?
         /// Times a lane's answer named another entity and the run asked again.
         var segmentRestarts = 0
+        /// Mirrors that may not contribute, and why (kept across the run's segment groups).
+        var droppedMirrors: [URL: String] = [:]
+        /// The primary and mirrors of the last segment group (kept when it ends).
+        var lastSourceReports: [SegmentSourceReport] = []
 
         /// Where the download could continue from after it stopped: the map of a segmented
         /// download, else what the state machine wrote in order.
@@ -68,8 +72,12 @@ package final class TransferRun: Sendable {
     /// Speed limits this run honours (its own, the queue's); reading pauses for the longest
     /// wait any of them asks for.
     let bandwidthLimiters: [BandwidthLimiter]
-    /// Connections this run may use at once; `nil`: the engine's setting.
+    /// Connections this run may use at once per server; `nil`: the engine's setting.
     let maximumConnections: Int?
+    /// Other URLs of the same file: a segmented download fetches from them too.
+    let mirrors: [URL]
+    /// How a mirror proves it serves the primary's entity.
+    let mirrorPolicy: MirrorRules.Policy
     let state: Mutex<State>
     /// The engine's event loop: every exchange, its connection and its delegate live on it.
     package var eventLoop: any EventLoop { self.engine.eventLoop }
@@ -81,10 +89,14 @@ package final class TransferRun: Sendable {
         resourceTimeout: Duration?,
         bandwidthLimiters: [BandwidthLimiter] = [],
         maximumConnections: Int? = nil,
+        mirrors: [URL] = [],
+        mirrorPolicy: MirrorRules.Policy = .sameValidators,
         observer: any TransferRunObserver
     ) {
         self.bandwidthLimiters = bandwidthLimiters
         self.maximumConnections = maximumConnections
+        self.mirrors = mirrors
+        self.mirrorPolicy = mirrorPolicy
         self.engine = engine
         self.initialRequest = request
         self.destination = destination
@@ -135,6 +147,13 @@ package final class TransferRun: Sendable {
 
     /// Connections fetching this download's body now (more than one when segmented).
     package var connectionCount: Int { self.state.withLock { $0.segments?.laneCount ?? ($0.currentTask == nil ? 0 : 1) } }
+
+    /// The primary and each mirror of a segmented download: bytes written from it, its
+    /// connections now, why it was dropped. Empty until the download is segmented; the last
+    /// group's figures once it ended.
+    package var sourceReports: [SegmentSourceReport] {
+        self.state.withLock { $0.segments?.sourceReports ?? $0.lastSourceReports }
+    }
 
     /// Where the download could continue from if it stopped now (a segmented download's map of
     /// what is on disk; sync the file before recording it).

@@ -56,6 +56,11 @@ package protocol TransferRunObserver: AnyObject, Sendable {
     /// Whether 401 answers with `WWW-Authenticate` go to the challenge method below.
     var handlesAuthentication: Bool { get }
 
+    /// A mirror of a segmented download was dropped and contributes nothing more (`reason`
+    /// says why: another entity, no ranges, failures). At most once per mirror and run, on
+    /// the engine's event loop: do not block.
+    func transferRun(_ run: TransferRun, droppedMirror url: URL, reason: String)
+
     /// A 401 with `WWW-Authenticate` arrived for `request` (its body, at most 1 MiB, is held
     /// back); `previousFailureCount` counts the earlier 401s of this transfer. Called on no
     /// particular thread; the run waits for the answer.
@@ -78,6 +83,8 @@ package enum AuthenticationAnswer: Sendable {
 }
 
 extension TransferRunObserver {
+    package func transferRun(_ run: TransferRun, droppedMirror url: URL, reason: String) {}
+
     package func transferRun(_ run: TransferRun, preemptiveAuthorizationFor request: TransferRequest) -> String? { nil }
 
     package var bodyDeliveryWindow: DeliveryWindow? { nil }

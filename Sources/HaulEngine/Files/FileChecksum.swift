@@ -2,11 +2,12 @@ import Crypto
 import Foundation
 import HaulCore
 
-/// Computes a file's digest for ``ChecksumSpec`` verification, reading 1 MiB at a time.
-enum FileChecksum {
-    static func hexDigest(ofFileAt path: String, algorithm: ChecksumSpec.Algorithm) throws -> String {
+/// Computes a file's digest for ``ChecksumSpec`` verification, reading 1 MiB at a time
+/// (hauld's queue and `haul get --checksum`).
+package enum FileChecksum {
+    package static func hexDigest(ofFileAt path: String, algorithm: ChecksumSpec.Algorithm) throws -> String {
         guard let handle = FileHandle(forReadingAtPath: path) else {
-            throw DaemonError("cannot read \(path) to verify its checksum")
+            throw URLError(.cannotOpenFile, userInfo: [NSLocalizedDescriptionKey: "cannot read \(path) to verify its checksum"])
         }
         defer { try? handle.close() }
         switch algorithm {
