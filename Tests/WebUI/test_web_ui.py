@@ -201,6 +201,22 @@ class WebUITest(unittest.TestCase):
                                             capture_output=True, text=True, check=True).stdout)
         self.assertEqual([(d["id"], d["state"], d["bytesDone"]) for d in listing], [(1, "complete", SIZE)])
 
+        # A download with a mirror: the row tells what each server contributes while it runs.
+        driver.find_element(By.ID, "tab-downloading").click()
+        query = "size=%d&seed=78&rate=300000" % SIZE
+        subprocess.run([os.path.join(BIN, "haul"), "add", "-x", "2", self.url("/file/webui-mirror.bin?" + query),
+                        "--mirror", self.url("/file/webui-mirror.bin?via=mirror&" + query)],
+                       env=self.env, capture_output=True, text=True, check=True)
+        self.wait.until(lambda d: self.row_attribute(2, "data-sources") == "2")
+        self.wait.until(lambda d: "mirror 127.0.0.1:%d" % self.port in self.row(2).find_element(By.CSS_SELECTOR, ".sources").text)
+        self.screenshot("downloading-with-mirror.png")
+        WebDriverWait(driver, 60, poll_frequency=0.1).until(
+            lambda d: d.find_element(By.ID, "count-finished").text == "2")
+        with open(os.path.join(self.downloads, "webui-mirror.bin"), "rb") as handle:
+            local = hashlib.sha256(handle.read()).hexdigest()
+        with urllib.request.urlopen(self.url("/file/webui-mirror.bin?size=%d&seed=78" % SIZE)) as response:
+            self.assertEqual(local, hashlib.sha256(response.read()).hexdigest())
+
     def test_phone_layout_fits(self):
         driver = self.driver
         driver.get(self.address.split("#")[0])  # the token stays in this tab's session storage
@@ -209,7 +225,7 @@ class WebUITest(unittest.TestCase):
         self.assertLessEqual(overflow, 0, "no horizontal scrolling on a phone-sized screen")
 
     def test_ten_thousand_paused(self):
-        """10,000 queued downloads (after the other tests: ids from 2 on)."""
+        """10,000 queued downloads (after the other tests: ids after theirs)."""
         driver = self.driver
         count = 10_000
         listing = os.path.join(self.tmp, "many.txt")
@@ -235,11 +251,12 @@ class WebUITest(unittest.TestCase):
         self.assertEqual(driver.find_element(By.ID, "count-downloading").text, "10000")
         self.assertEqual(driver.find_element(By.ID, "page-info").text, "1–100 of 10,000")
         self.screenshot("ten-thousand-first-page.png")
+        first_id = int(rows[0].get_attribute("data-id"))
 
         # Paging.
         driver.find_element(By.ID, "page-next").click()
         self.wait.until(lambda d: d.find_element(By.ID, "page-info").text == "101–200 of 10,000")
-        self.assertEqual(driver.find_elements(By.CSS_SELECTOR, "#list .row")[0].get_attribute("data-id"), "102")
+        self.assertEqual(driver.find_elements(By.CSS_SELECTOR, "#list .row")[0].get_attribute("data-id"), str(first_id + 100))
 
         # Search by name.
         box = driver.find_element(By.ID, "search")

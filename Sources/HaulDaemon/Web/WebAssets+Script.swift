@@ -181,6 +181,25 @@ extension WebAssets {
       map.remove();
       delete row.dataset.segments;
     }
+    // Fetched from mirrors too: what each server contributed, and why one was dropped.
+    let sources = row.querySelector(".sources");
+    if (d.sources && d.sources.length > 1 && d.state === "active") {
+      if (!sources) { sources = document.createElement("div"); sources.className = "sources"; (map || bar).after(sources); }
+      sources.replaceChildren(...d.sources.map((source) => {
+        const item = document.createElement("span");
+        let host = source.url;
+        try { host = new URL(source.url).host; } catch (e) {}
+        item.textContent = (source.isPrimary ? "" : "mirror ") + host + " " +
+          (source.dropped ? "dropped" : size(source.bytes) + (source.connections ? " ×" + source.connections : ""));
+        item.title = source.dropped ? source.url + ": " + source.dropped : source.url;
+        if (source.dropped) item.dataset.dropped = "1";
+        return item;
+      }));
+      row.dataset.sources = d.sources.length;
+    } else if (sources) {
+      sources.remove();
+      delete row.dataset.sources;
+    }
     row.querySelector(".bytes").textContent = size(d.bytesDone) + " / " + size(d.totalBytes) +
       (d.totalBytes ? "  (" + Math.floor(fraction * 100) + "%)" : "");
     const active = d.state === "active";

@@ -39,6 +39,8 @@ button:disabled { opacity: .45; cursor: default; border-color: var(--line); }
 .segments { position: relative; height: .2rem; margin-top: .15rem; background: var(--line); border-radius: .2rem; overflow: hidden; }
 .segments span { position: absolute; top: 0; height: 100%; background: var(--accent); }
 .row[data-state="paused"] .segments span { background: var(--muted); }
+.sources { display: flex; flex-wrap: wrap; gap: .2rem .8rem; margin-top: .15rem; font-size: .75rem; color: var(--muted); }
+.sources span[data-dropped] { text-decoration: line-through; }
 .fill { height: 100%; width: 0; background: var(--accent); transition: width .25s; }
 .row[data-state="complete"] .fill { background: var(--ok); }
 .row[data-state="paused"] .fill { background: var(--muted); }

@@ -160,6 +160,47 @@ struct QueueCommandTests {
         _ = await daemon.terminate()
     }
 
+    @Test("haul add URL --mirror URL2: segments from both servers at once, haul show tells what each contributes; a mirror with other bytes is caught by the checksum and the file fetched again from the URL alone")
+    func mirrorsInParallel() async throws {
+        let a = try await FaultInjectingHTTPServer.start()
+        let b = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let cli = HaulCLI(daemon: daemon)
+        let target = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("files")
+        let size: Int64 = 16 << 20
+        let query = "size=\(size)&seed=91&rate=2000000"
+        let added = try await cli.run(["add", "-x", "2", "--dir", target.path, a.url("/file/m.bin?\(query)").absoluteString, "--mirror", b.url("/file/m.bin?\(query)").absoluteString])
+        #expect(added.status == 0, "\(added.standardError)")
+        #expect(await waitUntil(timeout: .seconds(20)) { a.bodyBytesSent(forKey: "m.bin") > 1 << 20 && b.bodyBytesSent(forKey: "m.bin") > 1 << 20 })
+        let shown = try await cli.run(["show", "1"])
+        #expect(shown.standardOutput.contains("mirror:") && shown.standardOutput.contains("connection"), "\(shown.standardOutput)")
+        let waited = try await cli.run(["wait"])
+        #expect(waited.status == 0, "\(waited.standardOutput) \(waited.standardError)")
+        #expect(try TestContent.sha256Hex(ofFileAt: target.appendingPathComponent("m.bin").path) == TestContent.sha256Hex(size: size, seed: 91))
+        let fromA = a.bodyBytesSent(forKey: "m.bin")
+        let fromB = b.bodyBytesSent(forKey: "m.bin")
+        #expect(fromA > size / 4 && fromB > size / 4 && fromA + fromB <= size + (2 << 20), "primary \(fromA), mirror \(fromB)")
+
+        // A mirror without validators and with other bytes: accepted on length because a
+        // checksum is given, caught by it, and the download runs again from the URL alone.
+        let digest = TestContent.sha256Hex(size: size, seed: 92)
+        let liar = try await cli.run([
+            "add", "-x", "2", "--dir", target.path, "--checksum", "sha256=\(digest)",
+            a.url("/file/n.bin?size=\(size)&seed=92&rate=4000000").absoluteString,
+            "--mirror", b.url("/file/n.bin?size=\(size)&seed=93&etag=none&lastModified=0").absoluteString,
+        ])
+        #expect(liar.status == 0, "\(liar.standardError)")
+        let second = try await cli.run(["wait"])
+        #expect(second.status == 0, "\(second.standardOutput) \(second.standardError)")
+        #expect(try TestContent.sha256Hex(ofFileAt: target.appendingPathComponent("n.bin").path) == digest)
+        #expect(b.bodyBytesSent(forKey: "n.bin") > 0, "the mirror contributed before the checksum caught it")
+        #expect(a.bodyBytesSent(forKey: "n.bin") >= size, "fetched again from the primary alone")
+        _ = await daemon.terminate()
+        try await a.shutdown()
+        try await b.shutdown()
+    }
+
     @Test("Clear errors: unknown ids, malformed arguments, unwritable directories, settings")
     func errors() async throws {
         let server = try await FaultInjectingHTTPServer.start()
