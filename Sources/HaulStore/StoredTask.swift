@@ -45,6 +45,12 @@ public struct StoredTask: Codable, Sendable, Hashable, FetchableRecord, MutableP
     public var resourceDeadline: Date
     /// The earliest time the next attempt may start (backoff, `Retry-After`).
     public var notBefore: Date?
+    /// Connections the download may use at once (`haulMaximumConnectionsPerDownload`);
+    /// `nil`: one.
+    public var connections: Int?
+    /// Which bytes are on disk, when they are not one prefix (a segmented download); with it,
+    /// `bytesOnDisk` is the prefix only.
+    public var segments: ByteRangeSet?
 
     public enum Columns {
         public static let id = Column(CodingKeys.id)
@@ -84,9 +90,14 @@ public struct StoredTask: Codable, Sendable, Hashable, FetchableRecord, MutableP
 
     /// Where the transfer can continue from, if anything useful is on disk.
     public var resumePoint: ResumePoint? {
-        guard self.bytesOnDisk > 0 else { return nil }
         let validators = EntityValidators(entityTag: self.entityTag, lastModified: self.lastModified)
         guard validators.ifRangeValue != nil else { return nil }
+        if let segments, !segments.isEmpty, let length = self.entityLength {
+            var done = segments
+            if self.bytesOnDisk > 0 { done.insert(0..<self.bytesOnDisk) }
+            return ResumePoint(done: done, validators: validators, entityLength: length)
+        }
+        guard self.bytesOnDisk > 0 else { return nil }
         return ResumePoint(offset: self.bytesOnDisk, validators: validators, entityLength: self.entityLength)
     }
 }

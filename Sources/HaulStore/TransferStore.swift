@@ -76,6 +76,12 @@ public struct TransferStore: Sendable {
             }
         }
         Self.registerQueueMigrations(&migrator)
+        migrator.registerMigration("v5: segmented background downloads (connections, map of ranges on disk)") { db in
+            try db.alter(table: StoredTask.databaseTableName) { table in
+                table.add(column: "connections", .integer)
+                table.add(column: "segments", .jsonText)
+            }
+        }
         return migrator
     }
 
@@ -147,11 +153,12 @@ public struct TransferStore: Sendable {
             try db.execute(
                 sql: """
                     UPDATE transferTask SET bytesOnDisk = ?, entityLength = ?, entityTag = ?, lastModified = ?,
-                    currentURL = ? WHERE id = ?
+                    currentURL = ?, segments = ? WHERE id = ?
                     """,
                 arguments: [
                     point?.offset ?? 0, point?.entityLength, point?.validators.entityTag,
-                    point?.validators.lastModified, currentURL.absoluteString, taskID,
+                    point?.validators.lastModified, currentURL.absoluteString,
+                    point?.segments.flatMap { try? String(decoding: JSONEncoder().encode($0), as: UTF8.self) }, taskID,
                 ]
             )
         }

@@ -174,7 +174,7 @@ struct SegmentPlanTests {
         #expect(third.duplicating == 0 || third.duplicating == copy.lane)
 
         // Silence: a lane with a tiny remainder that stops sending is copied once it has been
-        // quiet longer than the end-game threshold.
+        // quiet a little (a copy of 1,000 bytes costs nothing: 20 ms).
         var quiet = SegmentPlan(length: 3 * mib, minimumSegment: mib)
         quiet.addPrimary(at: 0, now: 0)
         let other = try assign(&quiet, now: 0)
@@ -182,10 +182,22 @@ struct SegmentPlanTests {
         _ = quiet.written(other.lane, count: quiet.lanes[other.lane]!.end - quiet.lanes[other.lane]!.start)
         quiet.laneEnded(other.lane)
         _ = quiet.received(0, count: quiet.lanes[0]!.end - 1000, now: 0.5)
-        let early = quiet.assign(now: 0.55)
+        let early = quiet.assign(now: 0.51)
         #expect(early == nil, "1,000 bytes at full speed: nothing to do yet")
-        let late = try assign(&quiet, now: 0.9)
-        #expect(late.duplicating == 0 && late.range.count == 1000, "silent for 0.4 s: fetched again")
+        let late = try assign(&quiet, now: 0.55)
+        #expect(late.duplicating == 0 && late.range.count == 1000, "silent for 50 ms: fetched again")
+
+        // A segment's worth left waits the whole end-game threshold (0.2 s) before a copy.
+        var big = SegmentPlan(length: 8 * mib, minimumSegment: mib)
+        big.addPrimary(at: 0, now: 0)
+        let half = try assign(&big, now: 0)
+        _ = big.received(half.lane, count: big.lanes[half.lane]!.remaining, now: 0.5)
+        _ = big.written(half.lane, count: big.lanes[half.lane]!.end - big.lanes[half.lane]!.start)
+        big.laneEnded(half.lane)
+        _ = big.received(0, count: big.lanes[0]!.end - mib, now: 0.5)
+        #expect(big.assign(now: 0.51) == nil, "1 MiB at 6 MiB/s: about 0.17 s, not yet (a 1,000-byte rest would be copied by now)")
+        let copied = try assign(&big, now: 0.9)
+        #expect(copied.duplicating == 0 && copied.range.count == mib)
     }
 
     @Test("A lane that ends early gives its unwritten bytes back; a resumed plan skips what is on disk")

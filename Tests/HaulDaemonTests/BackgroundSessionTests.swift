@@ -164,6 +164,45 @@ struct BackgroundSessionTests {
         try await server.shutdown()
     }
 
+    @Test("A background download over four connections: kill -9 of hauld mid-download, the next daemon continues every segment from the synced map")
+    func segmentedBackgroundDownload() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let client = try DaemonTestClient(socketPath: daemon.socketPath)
+        _ = try await client.request(.attach("seg"))
+        let size: Int64 = 16 << 20
+        let created = try await client.request(.download("seg", server.url("/file/bgseg.bin?size=\(size)&seed=19&rate=1500000"), connections: 4))
+        _ = try await client.request(.resume("seg", created.taskID))
+        client.close()
+        let ranged = { server.requests.filter { ($0.header("Range") ?? "").hasSuffix("-") == false && $0.header("Range") != nil }.count }
+        #expect(await waitUntil(timeout: .seconds(20)) { ranged() >= 3 && server.bodyBytesSent(forKey: "bgseg.bin") > 6 << 20 })
+        try await Task.sleep(for: .milliseconds(700))  // past a checkpoint
+        await daemon.kill9()
+        let before = server.bodyBytesSent(forKey: "bgseg.bin")
+        #expect(before < size - (2 << 20), "killed mid-download")
+        try await daemon.start()
+        let collector = try DaemonTestClient(socketPath: daemon.socketPath)
+        var (_, events) = try await collectBacklog(collector, session: "seg")
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(40))
+            collector.close()
+        }
+        while !events.contains(where: { $0.kind == .completed }), let line = await collector.readLine() {
+            if let event = line.event, event.kind == .finishedDownloading || event.kind == .completed { events.append(event) }
+        }
+        watchdog.cancel()
+        let held = try #require(events.first { $0.kind == .finishedDownloading }?.heldFilePath)
+        #expect(try TestContent.sha256Hex(ofFileAt: held) == TestContent.sha256Hex(size: size, seed: 19))
+        let again = server.bodyBytesSent(forKey: "bgseg.bin") - size
+        #expect(again < 4 << 20, "fetched again after kill -9: \(again) bytes (\(before) before)")
+        print("background segmented kill -9: \(again) bytes fetched again of \(size) (\(before) before the kill)")
+        collector.close()
+        _ = await daemon.terminate()
+        daemon.cleanUp()
+        try await server.shutdown()
+    }
+
     @Test("An upload from a file runs in hauld; its response body arrives before the completion")
     func backgroundUpload() async throws {
         let server = try await FaultInjectingHTTPServer.start()

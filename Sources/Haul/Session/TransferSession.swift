@@ -255,10 +255,13 @@ public final class TransferSession: Sendable {
 
     /// How this session's configuration shapes a task created in `hauld`.
     private var backgroundTaskOptions: DaemonRequest.TaskOptions {
-        DaemonRequest.TaskOptions(
+        var options = DaemonRequest.TaskOptions(
             isDiscretionary: self.configurationCopy.value.isDiscretionary,
             resourceTimeout: self.configurationSnapshot.timeoutIntervalForResource
         )
+        let connections = self.configurationCopy.value.haulMaximumConnectionsPerDownload
+        if connections > 1 { options.connections = min(64, connections) }
+        return options
     }
 
     /// A download task created in `hauld` for a background session.

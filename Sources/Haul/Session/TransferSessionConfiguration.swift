@@ -59,6 +59,8 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     /// in segments over several connections (adaptive: the slowest part is split, the tail is
     /// raced), each checked to be the same entity; they count against
     /// ``httpMaximumConnectionsPerHost``. Resume data carries the map of finished ranges.
+    /// A background session's downloads are segmented in `hauld` the same way (its store
+    /// keeps the map across a crash). Mirrors: `TransferSessionDownloadTask.haulMirrors`.
     /// Default 1: one request per task, as URLSession.
     public var haulMaximumConnectionsPerDownload: Int = 1
     /// Haul extension: no segment of a segmented download is smaller than this. Default 1 MiB.

@@ -206,6 +206,9 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         public var isDiscretionary: Bool
         /// Seconds the whole transfer may take (`timeoutIntervalForResource`).
         public var resourceTimeout: Double
+        /// Connections a download may use at once (`haulMaximumConnectionsPerDownload`);
+        /// `nil`: one.
+        public var connections: Int?
 
         /// A week, as `URLSessionConfiguration.timeoutIntervalForResource`.
         public static let defaultResourceTimeout: Double = 7 * 24 * 3600
@@ -216,13 +219,14 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
             self.resourceTimeout = resourceTimeout
         }
 
-        enum CodingKeys: String, CodingKey { case taskDescription, isDiscretionary, resourceTimeout }
+        enum CodingKeys: String, CodingKey { case taskDescription, isDiscretionary, resourceTimeout, connections }
 
         public init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             self.taskDescription = try container.decodeIfPresent(String.self, forKey: .taskDescription)
             self.isDiscretionary = try container.decodeIfPresent(Bool.self, forKey: .isDiscretionary) ?? false
             self.resourceTimeout = try container.decodeIfPresent(Double.self, forKey: .resourceTimeout) ?? Self.defaultResourceTimeout
+            self.connections = try container.decodeIfPresent(Int.self, forKey: .connections).map { min(64, max(1, $0)) }
         }
     }
 

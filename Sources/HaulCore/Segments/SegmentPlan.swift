@@ -28,6 +28,33 @@ public struct SegmentPlan: Sendable {
         public var partner: Int?
         /// When its last byte arrived (the start before the first).
         public var lastReceivedAt: Double
+        /// The current measuring window: since when, and the bytes received in it.
+        var windowStart: Double
+        var windowBytes: Int64 = 0
+        /// Bytes per second over the last full window (`nil` before one ended).
+        var recentSpeed: Double?
+
+        init(start: Int64, end: Int64, now: Double) {
+            self.start = start
+            self.received = start
+            self.written = start
+            self.end = end
+            self.startedAt = now
+            self.lastReceivedAt = now
+            self.windowStart = now
+        }
+
+        /// `count` bytes arrived at `now`: a window of at least ``SegmentPlan/speedWindow``
+        /// seconds closes into ``recentSpeed``.
+        mutating func measure(_ count: Int64, now: Double) {
+            self.windowBytes += count
+            let length = now - self.windowStart
+            if length >= SegmentPlan.speedWindow {
+                self.recentSpeed = Double(self.windowBytes) / length
+                self.windowStart = now
+                self.windowBytes = 0
+            }
+        }
 
         public var remaining: Int64 { max(0, self.end - self.received) }
     }
@@ -52,6 +79,10 @@ public struct SegmentPlan: Sendable {
     /// A lane expected to need longer than this is duplicated when nothing can be split.
     public let endGameSeconds: Double
     private var nextLane = 1
+    /// A lane's speed is measured over windows this long (seconds): servers that throttle per
+    /// connection often let the first second through faster (nginx's `limit_rate` burst, TCP
+    /// slow start the other way), and a lifetime average would misjudge which lane ends last.
+    static let speedWindow = 0.5
 
     public init(length: Int64, done: ByteRangeSet = ByteRangeSet(), minimumSegment: Int64 = 1 << 20, endGameSeconds: Double = 0.2) {
         precondition(length >= 0)
@@ -72,7 +103,7 @@ public struct SegmentPlan: Sendable {
     /// on disk (or the end).
     public mutating func addPrimary(at offset: Int64, now: Double) {
         let end = self.done.nextCovered(from: offset) ?? self.length
-        self.lanes[0] = Lane(start: offset, received: offset, written: offset, end: max(offset, end), startedAt: now, lastReceivedAt: now)
+        self.lanes[0] = Lane(start: offset, end: max(offset, end), now: now)
     }
 
     /// What a free connection should fetch, or `nil` when nothing is worth another connection.
@@ -97,9 +128,11 @@ public struct SegmentPlan: Sendable {
         // A pair whose both halves are slow (the copy landed on a slow connection too) gets
         // another copy; a copy that has not shown its speed yet is given time first.
         let slow = estimates.filter { estimate in
-            guard estimate.lane.remaining > 0, self.speed(estimate.lane, now: now) != nil, estimate.seconds > self.endGameSeconds else { return false }
+            guard estimate.lane.remaining > 0, self.speed(estimate.lane, now: now) != nil,
+                estimate.seconds > self.duplicationThreshold(remaining: estimate.lane.remaining)
+            else { return false }
             guard let partner = estimate.lane.partner.flatMap({ self.lanes[$0] }) else { return true }
-            return self.speed(partner, now: now) != nil && self.secondsLeft(partner, now: now) > self.endGameSeconds
+            return self.speed(partner, now: now) != nil && self.secondsLeft(partner, now: now) > self.duplicationThreshold(remaining: partner.remaining)
         }
         if let victim = slow.max(by: { ($0.seconds, $1.id) < ($1.seconds, $0.id) }) {
             var assignment = self.open(victim.lane.received..<victim.lane.end, now: now)
@@ -118,7 +151,10 @@ public struct SegmentPlan: Sendable {
         guard var state = self.lanes[lane] else { return 0 }
         let allowed = max(0, min(count, state.end - state.received))
         state.received += allowed
-        if let now, allowed > 0 { state.lastReceivedAt = now }
+        if let now, allowed > 0 {
+            state.lastReceivedAt = now
+            state.measure(allowed, now: now)
+        }
         self.lanes[lane] = state
         return allowed
     }
@@ -170,8 +206,22 @@ public struct SegmentPlan: Sendable {
         return covered.gaps(in: 0..<self.length)
     }
 
-    /// Bytes per second of `lane` so far (`nil` before it has run a little).
+    /// How long a lane with `remaining` bytes may still need before its rest is fetched a
+    /// second time: ``endGameSeconds`` for a segment's worth or more, less for a smaller rest
+    /// (a copy costs only those bytes; a server that holds the last few KiB of a response back
+    /// — nginx sends in 2 MiB chunks under `limit_rate` — would otherwise cost a whole wait),
+    /// never less than 20 ms.
+    func duplicationThreshold(remaining: Int64) -> Double {
+        max(0.02, self.endGameSeconds * min(1, Double(remaining) / Double(self.minimumSegment)))
+    }
+
+    /// Bytes per second of `lane` lately: over the last full window and the current one (so a
+    /// lane that slows down or goes quiet shows it within a window); before a window ended, its
+    /// average so far (`nil` before it has run a little).
     public func speed(_ lane: Lane, now: Double) -> Double? {
+        if let recent = lane.recentSpeed {
+            return (Double(lane.windowBytes) + recent * Self.speedWindow) / (max(0, now - lane.windowStart) + Self.speedWindow)
+        }
         let elapsed = now - lane.startedAt
         guard elapsed >= 0.2, lane.received > lane.start else { return nil }
         return Double(lane.received - lane.start) / elapsed
@@ -193,7 +243,7 @@ public struct SegmentPlan: Sendable {
     private mutating func open(_ range: Range<Int64>, now: Double) -> Assignment {
         let id = self.nextLane
         self.nextLane += 1
-        self.lanes[id] = Lane(start: range.lowerBound, received: range.lowerBound, written: range.lowerBound, end: range.upperBound, startedAt: now, lastReceivedAt: now)
+        self.lanes[id] = Lane(start: range.lowerBound, end: range.upperBound, now: now)
         return Assignment(lane: id, range: range)
     }
 }

@@ -101,6 +101,8 @@ extension TransferDaemon {
         let error = failure.error
         self.logger.info("task \(task.id!): \(error.localizedDescription); retrying in \(Int(delay.rounded(.up))) s")
         do {
+            // A map names bytes anywhere in the file: they go to the disk before it is recorded.
+            if point?.mapped == true { PartialFile.syncData(atPath: task.partialFilePath) }
             try self.store.checkpoint(taskID: task.id!, point: point, currentURL: task.currentURL)
             guard var current = try self.store.task(id: task.id!) else { return }
             current.failedAttempts += 1

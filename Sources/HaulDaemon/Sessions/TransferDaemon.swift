@@ -178,7 +178,7 @@ public final class TransferDaemon: TransferOwner, Sendable {
     ) throws -> Int64 {
         try Self.requireHTTP(url)
         let partial = self.paths.partialDirectory.appendingPathComponent("\(UUID().uuidString).part").path
-        let task = StoredTask(
+        var task = StoredTask(
             sessionIdentifier: session,
             url: url,
             requestHeaders: headers,
@@ -187,6 +187,7 @@ public final class TransferDaemon: TransferOwner, Sendable {
             partialFilePath: partial,
             resourceDeadline: Date().addingTimeInterval(max(1, options.resourceTimeout))
         )
+        task.connections = options.connections
         return try self.store.insert(task).id!
     }
 
@@ -228,7 +229,12 @@ public final class TransferDaemon: TransferOwner, Sendable {
             resourceDeadline: Date().addingTimeInterval(max(1, options.resourceTimeout))
         )
         task.currentURL = resumeData.url
+        task.connections = options.connections
         task.bytesOnDisk = min(onDisk, resumeData.resumePoint.offset)
+        // A segmented download's map, when the file still holds every byte it names.
+        if let segments = resumeData.resumePoint.segments, let last = segments.ranges.last, onDisk >= last.upperBound {
+            task.segments = segments
+        }
         task.entityLength = resumeData.resumePoint.entityLength
         task.entityTag = resumeData.resumePoint.validators.entityTag
         task.lastModified = resumeData.resumePoint.validators.lastModified
@@ -371,9 +377,12 @@ public final class TransferDaemon: TransferOwner, Sendable {
     func transferCheckpointDue(_ transfer: TrackedTransfer) {
         guard let task = self.state.withLock({ $0.active[transfer.id.number]?.task }) else { return }
         self.deliveryQueue.async {
+            // A segmented download's map is read first, then the bytes it names go to the
+            // disk: the map recorded never claims bytes that are only in the page cache.
+            let map = transfer.segmentMap()
             // Bytes are recorded as safe only once they are on the disk, not in the page cache.
             PartialFile.syncData(atPath: task.partialFilePath)
-            let checkpoint = transfer.takeCheckpoint()
+            let checkpoint = transfer.takeCheckpoint(map: map)
             do { try self.store.checkpoint(taskID: task.id!, point: checkpoint.point, currentURL: checkpoint.currentURL) } catch {
                 self.logger.error("checkpoint of task \(task.id!) failed: \(error)")
             }
@@ -396,7 +405,7 @@ public final class TransferDaemon: TransferOwner, Sendable {
     private func startRun(_ task: StoredTask) {
         let id = TransferID(.session, task.id!)
         var point = task.isUpload ? nil : task.resumePoint
-        if let offset = point?.offset, (PartialFileSize.of(task.partialFilePath) ?? 0) < offset {
+        if let resumable = point, (PartialFileSize.of(task.partialFilePath) ?? 0) < (resumable.segments?.ranges.last?.upperBound ?? resumable.offset) {
             point = nil  // the partial file lost bytes: start over
         }
         let transfer = TrackedTransfer(
@@ -426,6 +435,7 @@ public final class TransferDaemon: TransferOwner, Sendable {
             destination: destination,
             resourceTimeout: .milliseconds(Int64(max(0, remaining) * 1000)),
             bandwidthLimiters: [self.core.globalLimiter],
+            maximumConnections: task.connections,
             observer: transfer
         )
         self.state.withLock { $0.active[task.id!] = Active(transfer: transfer, run: run, task: task) }

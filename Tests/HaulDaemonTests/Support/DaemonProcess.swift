@@ -186,8 +186,10 @@ extension DaemonRequest {
         DaemonRequest(.attach(.init(session: session)))
     }
 
-    static func download(_ session: String, _ url: URL, isDiscretionary: Bool = false) -> DaemonRequest {
-        DaemonRequest(.createDownload(.init(session: session, source: .url(url, headers: HTTPHeaderFields()), options: .init(isDiscretionary: isDiscretionary))))
+    static func download(_ session: String, _ url: URL, isDiscretionary: Bool = false, connections: Int? = nil) -> DaemonRequest {
+        var options = DaemonRequest.TaskOptions(isDiscretionary: isDiscretionary)
+        options.connections = connections
+        return DaemonRequest(.createDownload(.init(session: session, source: .url(url, headers: HTTPHeaderFields()), options: options)))
     }
 
     /// `taskID` from an earlier answer; a missing one (that answer failed) asks for task -1.
