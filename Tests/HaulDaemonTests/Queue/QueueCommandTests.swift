@@ -160,6 +160,42 @@ struct QueueCommandTests {
         _ = await daemon.terminate()
     }
 
+    @Test("Pause, set-url and resume keep a segmented download's map: only the missing bytes are fetched, from the new URL")
+    func pauseSetURLKeepsMap() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let cli = HaulCLI(daemon: daemon)
+        let target = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("files")
+        let size: Int64 = 16 << 20
+        let added = try await cli.run(["add", "-x", "4", "--dir", target.path, server.url("/file/p.bin?size=\(size)&seed=95&rate=1500000").absoluteString])
+        #expect(added.status == 0, "\(added.standardError)")
+        #expect(await waitUntil(timeout: .seconds(20)) { server.bodyBytesSent(forKey: "p.bin") > 6 << 20 })
+        #expect(try await cli.run(["pause", "1"]).status == 0)
+        var paused = try #require(try await cli.list().first)
+        for _ in 0..<100 where paused.state != .paused {
+            try await Task.sleep(for: .milliseconds(100))
+            paused = try #require(try await cli.list().first)
+        }
+        #expect(paused.state == .paused)
+        let map = try #require(paused.segments, "a paused segmented download keeps its map")
+        #expect(map.ranges.count > 1 && map.byteCount == paused.bytesDone && paused.bytesDone > 4 << 20, "\(map.ranges) \(paused.bytesDone)")
+        let sentBefore = server.bodyBytesSent(forKey: "p.bin")
+        // A new link to the same file (same validators): the map still counts.
+        let moved = try await cli.run(["set-url", "1", server.url("/file/p.bin?size=\(size)&seed=95&rate=3000000&signed=2").absoluteString])
+        #expect(moved.status == 0, "\(moved.standardError)")
+        #expect(try await cli.list().first?.segments == map, "set-url keeps the map")
+        #expect(try await cli.run(["resume", "1"]).status == 0)
+        let waited = try await cli.run(["wait"])
+        #expect(waited.status == 0, "\(waited.standardOutput) \(waited.standardError)")
+        #expect(try TestContent.sha256Hex(ofFileAt: target.appendingPathComponent("p.bin").path) == TestContent.sha256Hex(size: size, seed: 95))
+        let after = server.bodyBytesSent(forKey: "p.bin") - sentBefore
+        #expect(after <= size - paused.bytesDone + (1 << 20), "after the resume \(after) bytes for \(size - paused.bytesDone) missing")
+        #expect(server.requests.last?.uri.contains("signed=2") == true)
+        _ = await daemon.terminate()
+        try await server.shutdown()
+    }
+
     @Test("haul add URL --mirror URL2: segments from both servers at once, haul show tells what each contributes; a mirror with other bytes is caught by the checksum and the file fetched again from the URL alone")
     func mirrorsInParallel() async throws {
         let a = try await FaultInjectingHTTPServer.start()
