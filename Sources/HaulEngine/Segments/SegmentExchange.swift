@@ -45,7 +45,8 @@ final class SegmentExchange: HTTPClientResponseDelegate, @unchecked Sendable {
             open: { () throws(URLError) -> PartialFile in try run.openFile(path: path) },
             offset: self.range.lowerBound,
             eventLoop: group.eventLoop,
-            pool: run.engine.fileIOPool
+            pool: run.engine.fileIOPool,
+            bufferLimit: group.laneBufferLimit
         ) { count in
             group.written(lane, count: count)
         }

@@ -126,6 +126,13 @@ final class SegmentGroup: @unchecked Sendable {
 
     private var now: Double { Double((NIODeadline.now() - self.origin).nanoseconds) / 1e9 }
 
+    /// The bytes an extra lane may have waiting for the disk before it stops reading: the
+    /// download's lanes share about 8 MiB (16 lanes: 512 KiB each), so a segmented download
+    /// holds no more than a few single ones would.
+    var laneBufferLimit: Int {
+        max(256 << 10, (4 << 20) / max(1, self.budget * self.sources.count))
+    }
+
     /// The bytes on disk (a snapshot, any thread).
     var map: ByteRangeSet { self.snapshot.withLock { $0.map } }
     var doneBytes: Int64 { self.snapshot.withLock { $0.map.byteCount } }
