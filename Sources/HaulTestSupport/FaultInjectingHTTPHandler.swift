@@ -382,7 +382,11 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
                     self.sendBody(context: context, plan: plan, position: position + count, sent: sent + count)
                 }
             } else {
-                self.sendBody(context: context, plan: plan, position: position + count, sent: sent + count)
+                // Not from inside the completion: a write that completes at once (a fast
+                // reader) would recurse once per chunk and overflow the stack on a big body.
+                loop.execute {
+                    self.sendBody(context: context, plan: plan, position: position + count, sent: sent + count)
+                }
             }
         }
     }
