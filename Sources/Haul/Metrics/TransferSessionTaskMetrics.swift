@@ -3,11 +3,13 @@ import Foundation
 import FoundationNetworking
 #endif
 import HaulEngine
+import Synchronization
 
 /// What a task measured from start to completion, as `URLSessionTaskMetrics`: delivered once
 /// per task by `urlSession(_:task:didFinishCollecting:)`, before `didCompleteWithError`.
 public final class TransferSessionTaskMetrics: @unchecked Sendable, CustomStringConvertible {
-    // @unchecked: immutable after creation; holds Foundation requests and responses.
+    // @unchecked: immutable after creation (the transactions are made once, under a lock);
+    // holds Foundation requests and responses.
 
     /// Where a transaction's response came from, as `URLSessionTaskMetrics.ResourceFetchType`.
     public enum ResourceFetchType: Sendable, Hashable {
@@ -20,14 +22,33 @@ public final class TransferSessionTaskMetrics: @unchecked Sendable, CustomString
 
     /// One per request sent (each redirect, each authentication retry, each resume) and per
     /// answer from the cache or from a local (`file:`, `data:`, custom protocol) loader, in order.
-    public let transactionMetrics: [TransferSessionTaskTransactionMetrics]
+    /// Made on first access (each holds Foundation request and response objects, which cost
+    /// more than the download of a small file; most delegates never look).
+    public var transactionMetrics: [TransferSessionTaskTransactionMetrics] {
+        self.transactions.withLock { state in
+            switch state {
+            case .made(let metrics):
+                return metrics
+            case .records(let records):
+                let metrics = records.map(TransferSessionTaskTransactionMetrics.init)
+                state = .made(metrics)
+                return metrics
+            }
+        }
+    }
     /// From the task's first start to its completion.
     public let taskInterval: DateInterval
     /// Redirects followed.
     public let redirectCount: Int
 
+    private enum Transactions {
+        case records([TransactionRecord])
+        case made([TransferSessionTaskTransactionMetrics])
+    }
+    private let transactions: Mutex<Transactions>
+
     init(transactions: [TransactionRecord], start: Date, end: Date) {
-        self.transactionMetrics = transactions.map(TransferSessionTaskTransactionMetrics.init)
+        self.transactions = Mutex(.records(transactions))
         self.taskInterval = DateInterval(start: start, end: max(start, end))
         self.redirectCount = transactions.filter { record in
             guard let status = record.response?.statusCode else { return false }
@@ -47,7 +68,8 @@ public final class TransferSessionTaskMetrics: @unchecked Sendable, CustomString
 /// handshake are inside ``connectStartDate``…``connectEndDate`` (`domainLookup…` and
 /// `secureConnection…` dates stay `nil`), and addresses are not known.
 public final class TransferSessionTaskTransactionMetrics: @unchecked Sendable {
-    // @unchecked: immutable after creation; holds Foundation requests and responses.
+    // @unchecked: immutable after creation (the transactions are made once, under a lock);
+    // holds Foundation requests and responses.
 
     /// The request as sent (with the headers Haul added: cookies, conditional, range).
     public let request: URLRequest
