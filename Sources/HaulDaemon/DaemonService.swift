@@ -20,6 +20,10 @@ public struct DaemonService: Service {
     /// aria2's RPC (`--enable-rpc`); `nil` serves none. A `nil` secret is made on the first
     /// start and kept in `rpc-secret` (mode 0600) in the data directory.
     public let rpc: Aria2RPCServer.Configuration?
+    /// `--store`: where the download queue lives — `sqlite:PATH` or
+    /// `postgres://USER@HOST:PORT/DB`; `nil`: the data directory's SQLite store. Background
+    /// sessions always stay in the local SQLite store (they belong to this daemon's clients).
+    public let queueStore: String?
     public let logger: Logger
 
     /// The web UI's default port.
@@ -36,9 +40,11 @@ public struct DaemonService: Service {
         queueConfiguration: DownloadQueue.Configuration = .init(defaultDirectory: DownloadQueue.defaultDownloadDirectory()),
         webPort: Int? = DaemonService.defaultWebPort,
         rpc: Aria2RPCServer.Configuration? = nil,
+        queueStore: String? = nil,
         logger: Logger
     ) {
         self.rpc = rpc
+        self.queueStore = queueStore
         self.paths = paths
         self.configuration = configuration
         self.coreConfiguration = coreConfiguration
@@ -48,14 +54,37 @@ public struct DaemonService: Service {
         self.logger = logger
     }
 
+    /// The queue's store for `--store` (`nil`: `local`, the data directory's SQLite store).
+    ///
+    /// - Throws: ``DaemonError`` saying what is wrong with the URL or why the store cannot be
+    ///   reached.
+    static func openQueueStore(_ text: String?, local: TransferStore, logger: Logger) throws -> any QueueStore {
+        guard let text, !text.isEmpty else { return local }
+        if text.hasPrefix("sqlite:") {
+            let path = String(text.dropFirst("sqlite:".count))
+            guard !path.isEmpty else { throw DaemonError("--store sqlite:PATH names no file") }
+            return try TransferStore.open(path: (path as NSString).expandingTildeInPath)
+        }
+        if text.hasPrefix("postgres://") || text.hasPrefix("postgresql://") {
+            do {
+                return try PostgresQueueStore(url: text, logger: logger)
+            } catch let error as PostgresQueueStore.StoreError {
+                throw DaemonError(error.description)
+            }
+        }
+        throw DaemonError("--store takes sqlite:PATH or postgres://USER@HOST:PORT/DB, got \(text)")
+    }
+
     public func run() async throws {
         try self.paths.createDirectories()
         let lock = try DaemonLock(path: self.paths.lockPath)
         let store = try TransferStore.open(path: self.paths.storePath)
+        let queueStore = try Self.openQueueStore(self.queueStore, local: store, logger: self.logger)
+        self.logger.info("hauld: queue store \(queueStore.storeDescription)")
         // The limits come from the saved settings, which the queue loads and hands to the core.
         let core = TransferCore(limits: .init(QueueSettings(defaultDirectory: "/")), configuration: self.coreConfiguration, logger: self.logger)
         let daemon = TransferDaemon(store: store, paths: self.paths, core: core, configuration: self.configuration, logger: self.logger)
-        let queue = try DownloadQueue(store: store, core: core, configuration: self.queueConfiguration, logger: self.logger)
+        let queue = try DownloadQueue(store: queueStore, core: core, configuration: self.queueConfiguration, logger: self.logger)
         if let maximum = self.maximumConcurrentTransfers {
             _ = try await queue.set("max-concurrent", to: "\(min(64, max(1, maximum)))")
         }
@@ -75,7 +104,7 @@ public struct DaemonService: Service {
             rpc = Aria2RPCServer(queue: queue, configuration: configuration, shutdown: { kill(getpid(), SIGTERM) }, logger: self.logger)
         }
         let server = try await DaemonServer.start(path: self.paths.socketPath, daemon: daemon, queue: queue, web: web, rpc: rpc)
-        self.logger.info("hauld \(getpid()) serving \(self.paths.socketPath), store \(self.paths.storePath)")
+        self.logger.info("hauld \(getpid()) serving \(self.paths.socketPath), store \(self.paths.storePath), queue \(queueStore.storeDescription)")
         await withDiscardingTaskGroup { group in
             if let web {
                 group.addTask {

@@ -8,6 +8,8 @@ import HaulCore
 /// migrations are never edited; new ones are appended.
 public struct TransferStore: Sendable {
     private let writer: any DatabaseWriter
+    /// `sqlite:PATH` (`sqlite::memory:` for a store in memory).
+    public let storeDescription: String
 
     /// Opens (creating if needed) the store at `path`, in WAL mode.
     ///
@@ -16,16 +18,17 @@ public struct TransferStore: Sendable {
         var configuration = Configuration()
         configuration.busyMode = .timeout(5)
         let pool = try DatabasePool(path: path, configuration: configuration)
-        return try TransferStore(writer: pool)
+        return try TransferStore(writer: pool, description: "sqlite:\(path)")
     }
 
     /// A store in memory, for tests.
     public static func inMemory() throws -> TransferStore {
-        try TransferStore(writer: DatabaseQueue())
+        try TransferStore(writer: DatabaseQueue(), description: "sqlite::memory:")
     }
 
-    public init(writer: any DatabaseWriter) throws {
+    public init(writer: any DatabaseWriter, description: String = "sqlite") throws {
         self.writer = writer
+        self.storeDescription = description
         try Self.migrator.migrate(writer)
     }
 

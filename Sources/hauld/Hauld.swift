@@ -49,6 +49,11 @@ struct Hauld: AsyncParsableCommand {
     )
     var rpcSecret: String?
 
+    @Option(
+        help: "Where the download queue lives: sqlite:PATH or postgres://USER@HOST:PORT/DB (default: the SQLite store in the data directory). Background sessions always use the local store."
+    )
+    var store: String?
+
     @Flag(help: "Log every task start.")
     var verbose = false
 
@@ -65,12 +70,16 @@ struct Hauld: AsyncParsableCommand {
             rpc: self.enableRPC
                 ? Aria2RPCServer.Configuration(port: self.rpcListenPort, listenAll: self.rpcListenAll, secret: self.rpcSecret)
                 : nil,
+            queueStore: self.store,
             logger: logger
         )
         let group = ServiceGroup(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         do {
             try await group.run()
         } catch let error as DaemonLock.AlreadyRunning {
+            FileHandle.standardError.write(Data("hauld: \(error)\n".utf8))
+            throw ExitCode(1)
+        } catch let error as DaemonError {
             FileHandle.standardError.write(Data("hauld: \(error)\n".utf8))
             throw ExitCode(1)
         }

@@ -67,7 +67,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var index = DownloadIndex()
     }
 
-    package let store: TransferStore
+    package let store: any QueueStore
     let configuration: Configuration
     let logger: Logger
     let core: TransferCore
@@ -76,7 +76,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
     let work = DispatchQueue(label: "hauld.queue")
 
     /// Loads the saved settings (or defaults) and makes them the core's shared limits.
-    public init(store: TransferStore, core: TransferCore, configuration: Configuration, logger: Logger) throws {
+    public init(store: any QueueStore, core: TransferCore, configuration: Configuration, logger: Logger) throws {
         self.store = store
         self.configuration = configuration
         self.logger = logger
