@@ -141,7 +141,7 @@ public final class LoopbackNginx: @unchecked Sendable {
         } == 0
     }
 
-    private static func freePort() throws -> Int {
+    static func freePort() throws -> Int {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(descriptor) }
         var address = sockaddr_in()

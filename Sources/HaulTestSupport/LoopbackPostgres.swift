@@ -41,7 +41,7 @@ public final class LoopbackPostgres: @unchecked Sendable {
         }
         let data = directory.appendingPathComponent("data").path
         try Self.run(["\(bin)/initdb", "-D", data, "-U", owner, "-A", "trust", "-E", "UTF8", "--no-sync"], asUser: asRoot ? "postgres" : nil)
-        let port = try FaultFreePort.find()
+        let port = try LoopbackNginx.freePort()
         let options = "-p \(port) -h 127.0.0.1 -k \(directory.path) -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         try Self.run(
             ["\(bin)/pg_ctl", "-D", data, "-l", directory.appendingPathComponent("server.log").path, "-o", options, "-w", "-t", "30", "start"],
@@ -71,27 +71,33 @@ public final class LoopbackPostgres: @unchecked Sendable {
         try? FileManager.default.removeItem(at: self.directory)
     }
 
+    /// Runs a program to its end with `posix_spawn` and `waitpid`: Foundation's `Process`
+    /// notices a program's end through descriptors its children inherit, and the server that
+    /// `pg_ctl start` leaves running keeps them open, so `waitUntilExit()` never returned.
+    /// Output goes to a file (read back for the error message), never to a pipe.
     @discardableResult
     static func run(_ arguments: [String], asUser user: String?) throws -> String {
-        let process = Process()
-        if let user {
-            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
-            process.arguments = ["-u", user, "--"] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: arguments[0])
-            process.arguments = Array(arguments.dropFirst())
-        }
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        process.standardInput = FileHandle.nullDevice
-        // Server programs must not inherit a directory the postgres user cannot enter.
-        process.currentDirectoryURL = URL(fileURLWithPath: "/")
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw PostgresError("\((arguments.first as NSString?)?.lastPathComponent ?? "?") failed (\(process.terminationStatus)): \(text.suffix(800))")
+        // Server programs must not start in a directory the postgres user cannot enter.
+        let argv = ["/bin/sh", "-c", "cd / && exec \"$@\"", "sh"] + (user.map { ["/usr/sbin/runuser", "-u", $0, "--"] } ?? []) + arguments
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("haul-pg-run-\(UUID().uuidString).log").path
+        defer { unlink(log) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        let cArguments = argv.map { strdup($0) } + [nil]
+        defer { for pointer in cArguments { free(pointer) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, argv[0], &actions, nil, cArguments, environ)
+        guard spawned == 0 else { throw PostgresError("cannot run \(argv[0]): \(String(cString: strerror(spawned)))") }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0, errno == EINTR {}
+        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        let exited = (status & 0x7f) == 0
+        guard exited, (status >> 8) & 0xff == 0 else {
+            throw PostgresError("\((arguments.first as NSString?)?.lastPathComponent ?? "?") failed (status \(status)): \(text.suffix(800))")
         }
         return text
     }
@@ -99,29 +105,5 @@ public final class LoopbackPostgres: @unchecked Sendable {
     public struct PostgresError: Error, CustomStringConvertible {
         public let description: String
         init(_ description: String) { self.description = description }
-    }
-}
-
-/// A free TCP port on 127.0.0.1 (bound and released; a race with another process is unlikely
-/// in a test run).
-enum FaultFreePort {
-    static func find() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw LoopbackPostgres.PostgresError("socket() failed") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0 else { throw LoopbackPostgres.PostgresError("bind() failed") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard named == 0 else { throw LoopbackPostgres.PostgresError("getsockname() failed") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }

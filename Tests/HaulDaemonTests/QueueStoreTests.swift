@@ -7,7 +7,7 @@ import Testing
 
 /// The queue's store interface, the same checks against both engines: the embedded SQLite store
 /// and PostgreSQL (a private cluster on 127.0.0.1 that the test starts and stops).
-@Suite("Queue store interface: SQLite and PostgreSQL", .serialized, .disabled("hung once on the first run; to be checked before it runs in CI"))
+@Suite("Queue store interface: SQLite and PostgreSQL", .serialized)
 struct QueueStoreTests {
     enum Engine: String, CaseIterable, CustomTestStringConvertible {
         case sqlite, postgres
