@@ -281,6 +281,13 @@ final class SegmentGroup: @unchecked Sendable {
 
     private func fill() {
         guard self.fileReady, !self.stopped, self.entityChanged == nil, !self.plan.isComplete else { return }
+        // A mirror's server is asked about (TLS trust) before its first lane.
+        for index in self.sources.indices where !self.sources[index].isDropped {
+            if case .unresolved = self.sources[index].tls { self.resolveTLS(index) }
+        }
+        // Called after every batch written: without a source that may take a lane, the ranking
+        // below (every lane's speed, a sort) is not worth making.
+        guard self.sources.indices.contains(where: self.mayStartLane(on:)) else { return }
         // Plan every free connection first, then send: a lane split by a later assignment of
         // this round asks only for its final range (no connection is cut right after opening).
         var assignments: [(SegmentPlan.Assignment, source: Int)] = []
@@ -322,7 +329,7 @@ final class SegmentGroup: @unchecked Sendable {
     }
 
     /// Source indices, fastest per connection first; mirrors never tried come first (their
-    /// speed is worth learning), and TLS decisions still missing for a mirror are asked for.
+    /// speed is worth learning).
     private func sourcesBySpeed() -> [Int] {
         var measured: [Int: [Double]] = [:]
         for (lane, state) in self.plan.lanes {
@@ -330,9 +337,6 @@ final class SegmentGroup: @unchecked Sendable {
             measured[source, default: []].append(speed)
         }
         for (source, speeds) in measured { self.sources[source].speed = speeds.reduce(0, +) / Double(speeds.count) }
-        for index in self.sources.indices where !self.sources[index].isDropped {
-            if case .unresolved = self.sources[index].tls { self.resolveTLS(index) }
-        }
         return self.sources.indices.sorted { a, b in
             let x = self.sources[a].speed ?? .infinity
             let y = self.sources[b].speed ?? .infinity
