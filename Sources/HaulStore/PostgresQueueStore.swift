@@ -73,7 +73,8 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     }
 
     deinit {
-        try? self.connection?.close().wait()
+        // Not waited for: the last reference may go on an event loop, where waiting traps.
+        let _: EventLoopFuture<Void>? = self.connection?.close()
     }
 
     // MARK: - Connection
