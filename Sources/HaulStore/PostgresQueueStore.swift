@@ -8,15 +8,22 @@ import Synchronization
 
 /// The download queue in a PostgreSQL database (`hauld --store postgres://USER@HOST:PORT/DB`).
 ///
-/// One connection, used by one caller at a time (the queue's serial dispatch queue): each
-/// method is one transaction and waits for it. A download is a row with its id, its gid, its
-/// state (the columns other daemons will select on) and the rest of ``StoredDownload`` as JSON.
-/// The schema is migrated at open, under an advisory lock, so daemons starting together on one
-/// database migrate it once; shipped migrations are never edited.
+/// Several daemons may share one database: it is the fleet's one queue. A download is a row
+/// with its id, gid and state, its lease (`runner`, `lease_until` on the database's clock,
+/// `generation` — the fencing token — and the host and connections it holds), and the rest of
+/// ``StoredDownload`` as JSON. Every change is announced with `NOTIFY haul_queue` (payload:
+/// the sending daemon's name, then `d ID`, `s` or `r`), so every daemon's view stays live.
 ///
-/// A connection that fails is opened again on the next call (that call fails with the error).
+/// Two connections, each used by one caller at a time: `general` for the queue's reads and
+/// writes (its serial dispatch queue), `leases` for renewals, reclaims and heartbeats, which
+/// must not wait behind the queue's work. A third listens for notifications. Each method is
+/// one transaction and waits for it, at most ``queryTimeout`` per statement: a store that
+/// stops answering (a partition) closes the connection, the call fails, and the next call
+/// connects again. The schema is migrated at open, under an advisory lock, so daemons
+/// starting together migrate it once; shipped migrations are never edited.
 public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
-    // @unchecked: `connection` is guarded by `lock`; calls are serialised by it too.
+    // @unchecked: each slot's connection is guarded by its lock; calls on a slot are
+    // serialised by it too.
 
     /// Where the database is, parsed from a `postgres://` URL.
     public struct Location: Sendable, Hashable, CustomStringConvertible {
@@ -53,65 +60,101 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
 
     public let location: Location
     public var storeDescription: String { self.location.description }
+    public var isShared: Bool { true }
+    /// This daemon's name, sent with every change it announces (its own listener skips them).
+    public let member: String
+    /// The longest one statement (or a connection attempt) may take before the connection is
+    /// given up.
+    public let queryTimeout: TimeAmount
     private let logger: Logger
-    private let lock = NSLock()
-    private var connection: PostgresConnection?
+    private let general = Slot(id: 1)
+    private let leases = Slot(id: 2)
     private static let encoder = JSONEncoder()
     private static let decoder = JSONDecoder()
+    static let channel = "haul_queue"
+
+    /// One connection and the lock that serialises its use.
+    private final class Slot: @unchecked Sendable {
+        let id: Int
+        let lock = NSLock()
+        var connection: PostgresConnection?
+        init(id: Int) { self.id = id }
+    }
 
     /// Connects and migrates the schema.
     ///
+    /// - Parameters:
+    ///   - member: the daemon's name in the fleet (its notifications carry it).
     /// - Throws: ``StoreError`` with the server's answer when it cannot be reached or refuses.
-    public init(location: Location, logger: Logger) throws {
+    public init(location: Location, member: String = PostgresQueueStore.defaultMember(), queryTimeout: TimeAmount = .seconds(5), logger: Logger) throws {
         self.location = location
+        self.member = member
+        self.queryTimeout = queryTimeout
         self.logger = logger
-        try self.withConnection { connection in try Self.migrate(connection, logger: logger) }
+        try self.withConnection(self.general) { connection in try self.migrate(connection) }
     }
 
-    public convenience init(url: String, logger: Logger) throws {
-        try self.init(location: Location(url: url), logger: logger)
+    public convenience init(url: String, member: String = PostgresQueueStore.defaultMember(), queryTimeout: TimeAmount = .seconds(5), logger: Logger) throws {
+        try self.init(location: Location(url: url), member: member, queryTimeout: queryTimeout, logger: logger)
+    }
+
+    /// `HOST-PID`: unique among running daemons.
+    public static func defaultMember() -> String {
+        "\(ProcessInfo.processInfo.hostName)-\(getpid())"
     }
 
     deinit {
         // Not waited for: the last reference may go on an event loop, where waiting traps.
-        let _: EventLoopFuture<Void>? = self.connection?.close()
+        // The closure holds each connection until it is closed (PostgresNIO asserts that a
+        // connection is closed before it goes).
+        for slot in [self.general, self.leases] {
+            guard let connection = slot.connection else { continue }
+            let closing: EventLoopFuture<Void> = connection.close()
+            closing.whenComplete { _ in withExtendedLifetime(connection) {} }
+        }
     }
 
     // MARK: - Connection
 
-    private func withConnection<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
-        try self.lock.withLock {
+    private var configuration: PostgresConnection.Configuration {
+        var configuration = PostgresConnection.Configuration(
+            host: self.location.host,
+            port: self.location.port,
+            username: self.location.user,
+            password: self.location.password,
+            database: self.location.database,
+            tls: .disable
+        )
+        configuration.options.connectTimeout = self.queryTimeout
+        return configuration
+    }
+
+    private func withConnection<T>(_ slot: Slot, _ body: (PostgresConnection) throws -> T) throws -> T {
+        try slot.lock.withLock {
             let connection: PostgresConnection
-            if let open = self.connection, !open.isClosed {
+            if let open = slot.connection, !open.isClosed {
                 connection = open
             } else {
-                var configuration = PostgresConnection.Configuration(
-                    host: self.location.host,
-                    port: self.location.port,
-                    username: self.location.user,
-                    password: self.location.password,
-                    database: self.location.database,
-                    tls: .disable
-                )
-                configuration.options.connectTimeout = .seconds(5)
                 do {
                     connection = try PostgresConnection.connect(
                         on: MultiThreadedEventLoopGroup.singleton.any(),
-                        configuration: configuration,
-                        id: 1,
+                        configuration: self.configuration,
+                        id: slot.id,
                         logger: self.logger
                     ).wait()
                 } catch {
                     throw StoreError("cannot reach the store \(self.location): \(Self.describe(error))")
                 }
-                self.connection = connection
+                slot.connection = connection
             }
             do {
                 return try body(connection)
             } catch let error as StoreError {
                 throw error
+            } catch let error as QueueLeaseLost {
+                throw error
             } catch {
-                if connection.isClosed { self.connection = nil }
+                if connection.isClosed { slot.connection = nil }
                 throw StoreError("the store \(self.location) failed: \(Self.describe(error))")
             }
         }
@@ -127,14 +170,19 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         return "\(error)"
     }
 
+    /// One statement, waited for at most ``queryTimeout``: then the connection is closed
+    /// (which fails the statement) and opened again by the next call.
     @discardableResult
     private func run(_ connection: PostgresConnection, _ query: PostgresQuery) throws -> PostgresQueryResult {
-        try connection.query(query, logger: self.logger).wait()
+        let result = connection.query(query, logger: self.logger)
+        let timeout = connection.eventLoop.scheduleTask(in: self.queryTimeout) { let _: EventLoopFuture<Void> = connection.close() }
+        defer { timeout.cancel() }
+        return try result.wait()
     }
 
     /// `body` in a transaction: committed when it returns, rolled back when it throws.
-    private func transaction<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
-        try self.withConnection { connection in
+    private func transaction<T>(_ slot: Slot, _ body: (PostgresConnection) throws -> T) throws -> T {
+        try self.withConnection(slot) { connection in
             try self.run(connection, "BEGIN")
             do {
                 let value = try body(connection)
@@ -145,6 +193,12 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
                 throw error
             }
         }
+    }
+
+    /// Tells the other daemons what changed (delivered at commit).
+    private func announce(_ connection: PostgresConnection, _ what: String) throws {
+        let payload = "\(self.member) \(what)"
+        try self.run(connection, "SELECT pg_notify(\(Self.channel), \(payload))")
     }
 
     // MARK: - Schema
@@ -165,30 +219,50 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
                 "CREATE INDEX haul_queued_download_state ON haul_queued_download (state)",
                 "CREATE TABLE haul_queue_settings (id INTEGER PRIMARY KEY, json TEXT NOT NULL)",
             ]
-        )
+        ),
+        (
+            "v2: leases and daemons of a fleet",
+            [
+                """
+                ALTER TABLE haul_queued_download
+                    ADD COLUMN runner TEXT,
+                    ADD COLUMN lease_until TIMESTAMPTZ,
+                    ADD COLUMN generation BIGINT NOT NULL DEFAULT 0,
+                    ADD COLUMN host TEXT,
+                    ADD COLUMN claimed_connections INTEGER NOT NULL DEFAULT 0
+                """,
+                "CREATE INDEX haul_queued_download_lease ON haul_queued_download (lease_until) WHERE runner IS NOT NULL",
+                "CREATE INDEX haul_queued_download_host ON haul_queued_download (host) WHERE runner IS NOT NULL",
+                """
+                CREATE TABLE haul_daemon (
+                    name TEXT PRIMARY KEY,
+                    pid INTEGER NOT NULL,
+                    started_at TIMESTAMPTZ NOT NULL,
+                    seen_at TIMESTAMPTZ NOT NULL
+                )
+                """,
+            ]
+        ),
     ]
 
-    private static func migrate(_ connection: PostgresConnection, logger: Logger) throws {
-        func run(_ query: PostgresQuery) throws -> PostgresQueryResult {
-            try connection.query(query, logger: logger).wait()
-        }
-        _ = try run("BEGIN")
+    private func migrate(_ connection: PostgresConnection) throws {
+        try self.run(connection, "BEGIN")
         do {
             // Daemons starting together wait for each other here.
-            _ = try run("SELECT pg_advisory_xact_lock(727100001)")
-            _ = try run("CREATE TABLE IF NOT EXISTS haul_migration (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+            try self.run(connection, "SELECT pg_advisory_xact_lock(727100001)")
+            try self.run(connection, "CREATE TABLE IF NOT EXISTS haul_migration (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
             var applied = Set<String>()
-            for row in try run("SELECT name FROM haul_migration").rows {
+            for row in try self.run(connection, "SELECT name FROM haul_migration").rows {
                 applied.insert(try row.decode(String.self))
             }
             for migration in Self.migrations where !applied.contains(migration.name) {
-                for statement in migration.sql { _ = try run(PostgresQuery(unsafeSQL: statement)) }
-                _ = try run("INSERT INTO haul_migration (name) VALUES (\(migration.name))")
-                logger.info("store: migrated \(migration.name)")
+                for statement in migration.sql { try self.run(connection, PostgresQuery(unsafeSQL: statement)) }
+                try self.run(connection, "INSERT INTO haul_migration (name) VALUES (\(migration.name))")
+                self.logger.info("store: migrated \(migration.name)")
             }
-            _ = try run("COMMIT")
+            try self.run(connection, "COMMIT")
         } catch {
-            _ = try? run("ROLLBACK")
+            _ = try? self.run(connection, "ROLLBACK")
             throw error
         }
     }
@@ -196,44 +270,72 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     // MARK: - Rows
 
     private static func encode(_ download: StoredDownload) throws -> String {
-        String(decoding: try Self.encoder.encode(download), as: UTF8.self)
+        var download = download
+        download.runner = nil  // a column of its own, never part of the JSON
+        return String(decoding: try Self.encoder.encode(download), as: UTF8.self)
     }
 
-    private static func decode(_ row: PostgresRow) throws -> StoredDownload {
-        let (id, data) = try row.decode((Int64, String).self)
+    /// The columns every read selects: `id, data`, the holder when its lease is live, the
+    /// generation and the holder whatever the lease's age.
+    private static let columns = "id, data, CASE WHEN lease_until > now() THEN runner END, generation, runner"
+
+    private struct Fetched {
+        var download: StoredDownload
+        var generation: Int64
+        /// The holder, even when its lease expired.
+        var holder: String?
+    }
+
+    private static func decode(_ row: PostgresRow) throws -> Fetched {
+        let (id, data, live, generation, holder) = try row.decode((Int64, String, String?, Int64, String?).self)
         var download = try Self.decoder.decode(StoredDownload.self, from: Data(data.utf8))
         download.id = id
-        return download
+        download.runner = live
+        return Fetched(download: download, generation: generation, holder: holder)
     }
 
-    private func fetch(_ connection: PostgresConnection, id: Int64, forUpdate: Bool) throws -> StoredDownload? {
-        let query: PostgresQuery =
-            forUpdate
-            ? "SELECT id, data FROM haul_queued_download WHERE id = \(id) FOR UPDATE"
-            : "SELECT id, data FROM haul_queued_download WHERE id = \(id)"
+    private enum Lock { case none, update, skipLocked }
+
+    private func fetch(_ connection: PostgresConnection, id: Int64, lock: Lock) throws -> Fetched? {
+        let query: PostgresQuery
+        switch lock {
+        case .none: query = "SELECT \(unescaped: Self.columns) FROM haul_queued_download WHERE id = \(id)"
+        case .update: query = "SELECT \(unescaped: Self.columns) FROM haul_queued_download WHERE id = \(id) FOR UPDATE"
+        case .skipLocked: query = "SELECT \(unescaped: Self.columns) FROM haul_queued_download WHERE id = \(id) FOR UPDATE SKIP LOCKED"
+        }
         guard let row = try self.run(connection, query).rows.first else { return nil }
         return try Self.decode(row)
     }
 
-    private func save(_ connection: PostgresConnection, _ download: StoredDownload) throws {
+    /// Writes the row's fields; with `releasing`, its lease goes too. Announced.
+    private func save(_ connection: PostgresConnection, _ download: StoredDownload, releasing: Bool = false) throws {
         guard let id = download.id else { throw StoreError("a download without an id cannot be updated") }
         let data = try Self.encode(download)
         let state = download.state.rawValue
-        try self.run(connection, "UPDATE haul_queued_download SET gid = \(download.gid), state = \(state), data = \(data) WHERE id = \(id)")
+        if releasing {
+            try self.run(
+                connection,
+                "UPDATE haul_queued_download SET gid = \(download.gid), state = \(state), data = \(data), runner = NULL, lease_until = NULL, claimed_connections = 0 WHERE id = \(id)"
+            )
+        } else {
+            try self.run(connection, "UPDATE haul_queued_download SET gid = \(download.gid), state = \(state), data = \(data) WHERE id = \(id)")
+        }
+        try self.announce(connection, "d \(id)")
     }
 
     // MARK: - QueueStore
 
     public func download(id: Int64) throws -> StoredDownload? {
-        try self.withConnection { connection in try self.fetch(connection, id: id, forUpdate: false) }
+        try self.withConnection(self.general) { connection in try self.fetch(connection, id: id, lock: .none)?.download }
     }
 
     public func forEachDownload(_ body: (StoredDownload) throws -> Void) throws {
         // Pages of 1,000 by id: a queue of 100,000 is never held at once.
         var after: Int64 = 0
         while true {
-            let page = try self.withConnection { connection in
-                try self.run(connection, "SELECT id, data FROM haul_queued_download WHERE id > \(after) ORDER BY id LIMIT 1000").rows.map(Self.decode)
+            let page = try self.withConnection(self.general) { connection in
+                try self.run(connection, "SELECT \(unescaped: Self.columns) FROM haul_queued_download WHERE id > \(after) ORDER BY id LIMIT 1000")
+                    .rows.map { try Self.decode($0).download }
             }
             for download in page { try body(download) }
             guard let last = page.last?.id, page.count == 1000 else { return }
@@ -243,19 +345,34 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
 
     @discardableResult
     public func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
-        try self.transaction { connection in
-            guard var download = try self.fetch(connection, id: id, forUpdate: true) else { return nil }
+        try self.transaction(self.general) { connection in
+            guard var download = try self.fetch(connection, id: id, lock: .update)?.download else { return nil }
             try change(&download)
             try self.save(connection, download)
             return download
         }
     }
 
+    @discardableResult
+    public func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        try self.transaction(self.general) { connection in
+            guard let fetched = try self.fetch(connection, id: id, lock: .update) else { return nil }
+            guard fetched.holder == lease.daemon, fetched.generation == lease.generation else {
+                throw QueueLeaseLost(downloadID: id, lease: lease, holder: fetched.download.runner)
+            }
+            var download = fetched.download
+            try change(&download)
+            try self.save(connection, download, releasing: release)
+            if release { download.runner = nil }
+            return download
+        }
+    }
+
     public func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
-        try self.transaction { connection in
+        try self.transaction(self.general) { connection in
             var changed: [StoredDownload] = []
             for id in ids {
-                guard var download = try self.fetch(connection, id: id, forUpdate: true), try change(&download) else { continue }
+                guard var download = try self.fetch(connection, id: id, lock: .update)?.download, try change(&download) else { continue }
                 try self.save(connection, download)
                 changed.append(download)
             }
@@ -265,7 +382,7 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
 
     public func insert(_ downloads: [StoredDownload]) throws -> [StoredDownload] {
         guard !downloads.isEmpty else { return [] }
-        return try self.transaction { connection in
+        return try self.transaction(self.general) { connection in
             try downloads.map { download in
                 var download = download
                 if download.gid.isEmpty { download.gid = DownloadGID.random() }
@@ -275,37 +392,164 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
                 let rows = try self.run(connection, "INSERT INTO haul_queued_download (gid, state, data) VALUES (\(download.gid), \(state), \(data)) RETURNING id").rows
                 guard let row = rows.first else { throw StoreError("the store returned no id for a new download") }
                 download.id = try row.decode(Int64.self)
+                try self.announce(connection, "d \(download.id!)")
                 return download
             }
         }
     }
 
-    public func reviveInterruptedDownloads() throws {
-        try self.transaction { connection in
-            let active = try self.run(connection, "SELECT id, data FROM haul_queued_download WHERE state = 'active' FOR UPDATE").rows.map(Self.decode)
-            for var download in active {
-                download.state = .waiting
-                download.notBefore = nil
-                try self.save(connection, download)
+    public func reviveInterruptedDownloads(of daemon: String) throws {
+        try self.transaction(self.general) { connection in
+            // Its own (a restart under the same name), and active ones whose holder is gone;
+            // never what another live daemon holds.
+            let rows = try self.run(
+                connection,
+                """
+                SELECT \(unescaped: Self.columns) FROM haul_queued_download
+                WHERE (state = 'active' AND (runner IS NULL OR lease_until < now())) OR runner = \(daemon)
+                FOR UPDATE
+                """
+            ).rows.map(Self.decode)
+            for fetched in rows {
+                var download = fetched.download
+                if download.state == .active {
+                    download.state = .waiting
+                    download.notBefore = nil
+                }
+                try self.save(connection, download, releasing: true)
             }
         }
     }
 
+    public func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
+        try self.transaction(self.general) { connection in
+            if claim.maximumPerHost > 0 {
+                // Claims for one host take turns across the fleet, so the budget is counted once.
+                try self.run(connection, "SELECT pg_advisory_xact_lock(727100002, hashtext(\(claim.host)))")
+            }
+            guard let fetched = try self.fetch(connection, id: claim.downloadID, lock: .skipLocked) else {
+                let exists = try self.run(connection, "SELECT 1 FROM haul_queued_download WHERE id = \(claim.downloadID)").rows.first != nil
+                return exists ? .heldElsewhere(nil) : .notWaiting
+            }
+            if let holder = fetched.download.runner { return .heldElsewhere(holder) }
+            guard fetched.download.state == .waiting else { return .notWaiting }
+            var granted = max(1, claim.connections)
+            if claim.maximumPerHost > 0 {
+                let used = try self.run(
+                    connection,
+                    """
+                    SELECT COALESCE(sum(claimed_connections), 0)::BIGINT FROM haul_queued_download
+                    WHERE host = \(claim.host) AND runner IS NOT NULL AND lease_until > now() AND id <> \(claim.downloadID)
+                    """
+                ).rows.first?.decode(Int64.self) ?? 0
+                granted = min(granted, claim.maximumPerHost - Int(used))
+                guard granted >= 1 else { return .hostBusy }
+            }
+            var download = fetched.download
+            try change(&download)
+            let data = try Self.encode(download)
+            let state = download.state.rawValue
+            let generation = try self.run(
+                connection,
+                """
+                UPDATE haul_queued_download SET state = \(state), data = \(data), runner = \(claim.daemon),
+                    lease_until = now() + make_interval(secs => \(claim.leaseSeconds)), generation = generation + 1,
+                    host = \(claim.host), claimed_connections = \(granted)
+                WHERE id = \(claim.downloadID) RETURNING generation
+                """
+            ).rows.first?.decode(Int64.self)
+            guard let generation else { throw StoreError("the store lost download \(claim.downloadID) while claiming it") }
+            try self.announce(connection, "d \(claim.downloadID)")
+            download.runner = claim.daemon
+            return .claimed(download, QueueLease(daemon: claim.daemon, generation: generation), connections: granted)
+        }
+    }
+
+    public func renewLeases(_ leases: [Int64: QueueLease], seconds: Double) throws -> Set<Int64> {
+        guard let daemon = leases.first?.value.daemon else { return [] }
+        let ids = leases.keys.sorted()
+        let generations = ids.map { leases[$0]!.generation }
+        return try self.withConnection(self.leases) { connection in
+            let rows = try self.run(
+                connection,
+                """
+                UPDATE haul_queued_download AS q SET lease_until = now() + make_interval(secs => \(seconds))
+                FROM unnest(\(ids)::BIGINT[], \(generations)::BIGINT[]) AS l(id, generation)
+                WHERE q.id = l.id AND q.generation = l.generation AND q.runner = \(daemon) AND q.lease_until > now()
+                RETURNING q.id
+                """
+            ).rows
+            return Set(try rows.map { try $0.decode(Int64.self) })
+        }
+    }
+
+    public func reclaimExpiredLeases() throws -> [(download: StoredDownload, previousHolder: String)] {
+        try self.transaction(self.leases) { connection in
+            let rows = try self.run(
+                connection,
+                "SELECT \(unescaped: Self.columns) FROM haul_queued_download WHERE runner IS NOT NULL AND lease_until < now() FOR UPDATE SKIP LOCKED"
+            ).rows.map(Self.decode)
+            return try rows.map { fetched in
+                var download = fetched.download
+                if download.state == .active {
+                    download.state = .waiting
+                    download.notBefore = nil
+                }
+                try self.save(connection, download, releasing: true)
+                return (download, fetched.holder ?? "?")
+            }
+        }
+    }
+
+    public func heartbeat(daemon: String, pid: Int32, startedAt: Date, liveSeconds: Double) throws -> [DaemonPresence] {
+        try self.withConnection(self.leases) { connection in
+            try self.run(
+                connection,
+                """
+                INSERT INTO haul_daemon (name, pid, started_at, seen_at) VALUES (\(daemon), \(pid), \(startedAt), now())
+                ON CONFLICT (name) DO UPDATE SET pid = EXCLUDED.pid, started_at = EXCLUDED.started_at, seen_at = now()
+                """
+            )
+            let rows = try self.run(
+                connection,
+                """
+                SELECT d.name, d.pid, d.started_at, d.seen_at,
+                    COALESCE(array_agg(q.id ORDER BY q.id) FILTER (WHERE q.id IS NOT NULL), '{}')::BIGINT[]
+                FROM haul_daemon d LEFT JOIN haul_queued_download q ON q.runner = d.name AND q.lease_until > now()
+                WHERE d.seen_at > now() - make_interval(secs => \(liveSeconds))
+                GROUP BY d.name, d.pid, d.started_at, d.seen_at ORDER BY d.name
+                """
+            ).rows
+            return try rows.map { row in
+                let (name, pid, started, seen, downloads) = try row.decode((String, Int32, Date, Date, [Int64]).self)
+                return DaemonPresence(name: name, pid: pid, startedAt: started, seenAt: seen, downloads: downloads)
+            }
+        }
+    }
+
+    public func leave(daemon: String) throws {
+        try self.withConnection(self.leases) { connection in
+            try self.run(connection, "DELETE FROM haul_daemon WHERE name = \(daemon)")
+        }
+    }
+
     public func purgeFinishedDownloads() throws -> Int {
-        try self.withConnection { connection in
+        try self.transaction(self.general) { connection in
             let result = try self.run(connection, "DELETE FROM haul_queued_download WHERE state IN ('complete', 'error', 'removed')")
+            try self.announce(connection, "r")
             return result.metadata.rows ?? 0
         }
     }
 
     public func deleteDownload(id: Int64) throws {
-        try self.withConnection { connection in
+        try self.transaction(self.general) { connection in
             try self.run(connection, "DELETE FROM haul_queued_download WHERE id = \(id)")
+            try self.announce(connection, "d \(id)")
         }
     }
 
     public func queueSettings() throws -> QueueSettings? {
-        try self.withConnection { connection in
+        try self.withConnection(self.general) { connection in
             guard let row = try self.run(connection, "SELECT json FROM haul_queue_settings WHERE id = 1").rows.first else { return nil }
             return try Self.decoder.decode(QueueSettings.self, from: Data(try row.decode(String.self).utf8))
         }
@@ -313,8 +557,64 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
 
     public func save(_ settings: QueueSettings) throws {
         let json = String(decoding: try Self.encoder.encode(settings), as: UTF8.self)
-        try self.withConnection { connection in
+        try self.transaction(self.general) { connection in
             try self.run(connection, "INSERT INTO haul_queue_settings (id, json) VALUES (1, \(json)) ON CONFLICT (id) DO UPDATE SET json = EXCLUDED.json")
+            try self.announce(connection, "s")
         }
+    }
+
+    // MARK: - Changes of other daemons
+
+    public func observeChanges(_ handler: @escaping @Sendable (QueueStoreChange) -> Void) -> (any QueueStoreObservation)? {
+        let configuration = self.configuration
+        let logger = self.logger
+        let member = self.member
+        let task = Task {
+            var delay = 0.25
+            while !Task.isCancelled {
+                do {
+                    let connection = try await PostgresConnection.connect(
+                        on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: 3, logger: logger
+                    ).get()
+                    do {
+                        try await connection.listen(on: Self.channel) { notifications in
+                            delay = 0.25
+                            // Whatever happened while nobody listened is read again.
+                            handler(.resync)
+                            for try await notification in notifications {
+                                if let change = Self.change(notification.payload, skipping: member) { handler(change) }
+                            }
+                        }
+                    } catch {
+                        try? await connection.close()
+                        throw error
+                    }
+                    try? await connection.close()
+                } catch {
+                    if Task.isCancelled { return }
+                    logger.notice("store: change listener lost (\(Self.describe(error))); listening again in \(delay) s")
+                }
+                try? await Task.sleep(for: .seconds(delay))
+                delay = min(8, delay * 2)
+            }
+        }
+        return Observation(task: task)
+    }
+
+    /// A notification's change, `nil` for this daemon's own (or one it cannot read).
+    static func change(_ payload: String, skipping member: String) -> QueueStoreChange? {
+        let parts = payload.split(separator: " ")
+        guard parts.count >= 2, parts[0] != member else { return nil }
+        switch parts[1] {
+        case "d": return parts.count == 3 ? Int64(parts[2]).map(QueueStoreChange.download) : nil
+        case "s": return .settings
+        case "r": return .resync
+        default: return nil
+        }
+    }
+
+    private struct Observation: QueueStoreObservation {
+        let task: Task<Void, Never>
+        func cancel() { self.task.cancel() }
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import HaulCore
+import Synchronization
 
 /// Where the download queue keeps its downloads and settings, whatever engine holds them: the
 /// embedded SQLite store (``TransferStore``, the default) or a PostgreSQL database
@@ -8,9 +9,19 @@ import HaulCore
 /// Calls are synchronous and may block (the queue makes them from its own serial dispatch
 /// queue, never from an event loop). Each method is one transaction: a change is all or
 /// nothing.
+///
+/// A shared store (``isShared``) is one queue for a fleet of daemons: a daemon starts a
+/// download only after ``claim(_:_:)`` granted it a lease, renews its leases while it
+/// transfers (``renewLeases(_:seconds:)``), writes checkpoints under the lease (a stale one is
+/// refused with ``QueueLeaseLost``), and any daemon hands downloads whose lease expired back to
+/// the waiting queue (``reclaimExpiredLeases()``). The embedded store has one daemon: its claims
+/// always succeed and its leases never expire.
 public protocol QueueStore: Sendable {
     /// For the start-up log: the engine and where it is (`sqlite:/path`, `postgres://user@host:port/db`).
     var storeDescription: String { get }
+
+    /// Whether other daemons may share this queue.
+    var isShared: Bool { get }
 
     func download(id: Int64) throws -> StoredDownload?
 
@@ -22,6 +33,36 @@ public protocol QueueStore: Sendable {
     @discardableResult
     func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload?
 
+    /// As ``updateDownload(id:_:)``, by the holder of `lease`: refused with ``QueueLeaseLost``
+    /// (nothing written) when the lease is no longer current. With `release`, the lease is
+    /// given up in the same transaction.
+    @discardableResult
+    func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload?
+
+    /// Claims a waiting download that no live lease holds; `change` is applied to the row
+    /// in the same transaction (the queue marks it active). Never waits for another daemon's
+    /// claim in progress.
+    func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome
+
+    /// Extends `leases` by `seconds` from now (the store's clock); the ids whose lease is still
+    /// this daemon's — a download missing from the answer was lost and must not be written.
+    func renewLeases(_ leases: [Int64: QueueLease], seconds: Double) throws -> Set<Int64>
+
+    /// Downloads whose lease expired (their daemon died or was cut off) lose it; active ones
+    /// wait again. Returns them, each with the daemon that held it.
+    func reclaimExpiredLeases() throws -> [(download: StoredDownload, previousHolder: String)]
+
+    /// Records that `daemon` is alive (a heartbeat) and answers the daemons seen within
+    /// `liveSeconds`, with the downloads each holds.
+    func heartbeat(daemon: String, pid: Int32, startedAt: Date, liveSeconds: Double) throws -> [DaemonPresence]
+
+    /// `daemon` stops: its presence goes (its leases were released or expire on their own).
+    func leave(daemon: String) throws
+
+    /// Calls `handler` (on any thread, in order) with what other daemons change; `nil` when
+    /// nobody else can change this store.
+    func observeChanges(_ handler: @escaping @Sendable (QueueStoreChange) -> Void) -> (any QueueStoreObservation)?
+
     /// Changes many downloads in one transaction: `change` says whether it changed the row.
     /// Returns the changed rows.
     func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload]
@@ -30,8 +71,9 @@ public protocol QueueStore: Sendable {
     /// without a gid gets a random one. A gid that is taken fails the batch.
     func insert(_ downloads: [StoredDownload]) throws -> [StoredDownload]
 
-    /// After a restart: downloads that were active go back to waiting (they resume).
-    func reviveInterruptedDownloads() throws
+    /// After a restart of `daemon`: the downloads it held (and active ones nobody holds any
+    /// more) go back to waiting; they resume.
+    func reviveInterruptedDownloads(of daemon: String) throws
 
     /// Deletes finished, failed and removed downloads; returns how many.
     func purgeFinishedDownloads() throws -> Int
@@ -44,4 +86,45 @@ public protocol QueueStore: Sendable {
     func save(_ settings: QueueSettings) throws
 }
 
-extension TransferStore: QueueStore {}
+extension TransferStore: QueueStore {
+    public var isShared: Bool { false }
+
+    public func reviveInterruptedDownloads(of daemon: String) throws {
+        try self.reviveInterruptedDownloads()
+    }
+
+    // One daemon owns the embedded store (its socket and lock file say so): a lease is the
+    // daemon's for as long as it runs, and its generation is never checked.
+
+    @discardableResult
+    public func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        try self.updateDownload(id: id, change)
+    }
+
+    public func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
+        let waiting = Mutex(true)
+        let updated = try self.updateDownload(id: claim.downloadID) { download in
+            guard download.state == .waiting else {
+                waiting.withLock { $0 = false }
+                return
+            }
+            try change(&download)
+        }
+        guard let updated, waiting.withLock({ $0 }) else { return .notWaiting }
+        return .claimed(updated, QueueLease(daemon: claim.daemon, generation: 0), connections: claim.connections)
+    }
+
+    public func renewLeases(_ leases: [Int64: QueueLease], seconds: Double) throws -> Set<Int64> {
+        Set(leases.keys)
+    }
+
+    public func reclaimExpiredLeases() throws -> [(download: StoredDownload, previousHolder: String)] { [] }
+
+    public func heartbeat(daemon: String, pid: Int32, startedAt: Date, liveSeconds: Double) throws -> [DaemonPresence] {
+        [DaemonPresence(name: daemon, pid: pid, startedAt: startedAt, seenAt: Date(), downloads: [])]
+    }
+
+    public func leave(daemon: String) throws {}
+
+    public func observeChanges(_ handler: @escaping @Sendable (QueueStoreChange) -> Void) -> (any QueueStoreObservation)? { nil }
+}

@@ -55,6 +55,12 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
     public var createdAt: Date
     public var startedAt: Date?
     public var finishedAt: Date?
+    /// The daemon holding a live lease on it (a shared store fills it in when reading; it is
+    /// not one of the row's columns and never written from here).
+    public var runner: String?
+    /// The daemon that claimed it last (a shared store's JSON only): who had it before a
+    /// takeover.
+    public var lastRunner: String?
 
     public enum Columns {
         public static let id = Column(CodingKeys.id)
@@ -236,6 +242,7 @@ public struct StoredDownload: Codable, Sendable, Hashable, FetchableRecord, Muta
         info.options = self.options.isEmpty ? nil : self.options
         info.queueRank = self.queueRank
         info.maximumConnections = self.connections
+        info.runner = self.runner
         if self.segments != nil, self.state != .complete { info.segments = self.resumePoint?.done }
         return info
     }

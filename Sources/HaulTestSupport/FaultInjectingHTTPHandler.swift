@@ -234,6 +234,9 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
         var stall = false
         var closeAtEnd = false
         var bytesPerSecond: Double?
+        /// A gate (``FaultInjectingHTTPServer/openGate(_:)``) the body waits for after `holdAfter` bytes.
+        var gate: String?
+        var holdAfter: Int64 = 0
     }
 
     private func serveFile(context: ChannelHandlerContext, head: HTTPRequestHead, name: String, query: [String: String]) {
@@ -319,6 +322,8 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
             plan.stall = true
         }
         plan.bytesPerSecond = Double(query["rate"] ?? "")
+        plan.gate = query["gate"]
+        plan.holdAfter = Int64(query["holdAfter"] ?? "") ?? 0
         switch rangeFault {
         case "cut"?:
             plan.stopAfter = Int64(query["rangeFaultAfter"] ?? "") ?? 65_536
@@ -355,6 +360,13 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
             }
             return
         }
+        if let gate = plan.gate, sent >= plan.holdAfter, !self.server.isGateOpen(gate) {
+            // Held: look again shortly (a test opens the gate once it has seen what it wanted).
+            context.eventLoop.assumeIsolated().scheduleTask(in: .milliseconds(5)) {
+                self.sendBody(context: context, plan: plan, position: position, sent: sent)
+            }
+            return
+        }
         if position >= plan.end {
             if plan.closeAtEnd {
                 context.close(promise: nil)
@@ -365,6 +377,7 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
         }
         var count = min(Self.chunkSize, plan.end - position)
         if let stopAfter = plan.stopAfter { count = min(count, stopAfter - sent) }
+        if plan.gate != nil, sent < plan.holdAfter { count = min(count, plan.holdAfter - sent) }
         if let rate = plan.bytesPerSecond { count = min(count, max(1, Int64(rate / 20))) }
         var buffer = context.channel.allocator.buffer(capacity: Int(count))
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: Int(count)) { pointer in

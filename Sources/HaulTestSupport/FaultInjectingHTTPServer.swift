@@ -20,6 +20,8 @@ import Synchronization
 ///   - `stallAfter=B&stallTimes=T` — the first `T` responses stop sending after `B` bytes and hold
 ///     the connection open.
 ///   - `rate=BPS` — throttle the body to about `BPS` bytes per second.
+///   - `gate=G&holdAfter=B` — send the head and `B` (default 0) body bytes, then hold the rest
+///     until the test calls ``openGate(_:)`` with `G`.
 ///   - `changeAfter=R` — from the `R`-th request of the key on, the entity is a new version
 ///     (other bytes, other validators).
 ///   - `badContentRange=1` — a 206 whose `Content-Range` starts one byte later than asked.
@@ -63,6 +65,7 @@ public final class FaultInjectingHTTPServer: Sendable {
         var openConnections = 0
         var peakOpenConnections = 0
         var versions: [String: Int] = [:]
+        var openGates: Set<String> = []
     }
 
     let state = Mutex(Counters())
@@ -143,6 +146,12 @@ public final class FaultInjectingHTTPServer: Sendable {
 
     /// Makes `/cache/NAME` serve a new version (new body and validators).
     public func bumpVersion(of name: String) { self.state.withLock { $0.versions[name, default: 1] += 1 } }
+
+    /// Lets bodies held at `gate` (`?gate=NAME&holdAfter=N`: the head and N bytes, then
+    /// nothing until this call) go on; later requests through that gate are not held.
+    public func openGate(_ gate: String) { self.state.withLock { _ = $0.openGates.insert(gate) } }
+
+    func isGateOpen(_ gate: String) -> Bool { self.state.withLock { $0.openGates.contains(gate) } }
 
     /// The most connections that were open at once.
     public var peakOpenConnections: Int { self.state.withLock { $0.peakOpenConnections } }

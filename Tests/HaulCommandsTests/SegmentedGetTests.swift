@@ -33,8 +33,13 @@ struct SegmentedGetTests {
         let segments = self.segmentRequests(server, key: "plain.bin")
         #expect(segments.count >= 3, "\(server.requests.map { $0.header("Range") ?? "-" })")
         #expect(segments.allSatisfy { $0.header("If-Range") == "\"plain.bin-\(Self.size)-61\"" })
-        #expect(server.bodyBytesSent(forKey: "plain.bin") <= Self.size + (1 << 20), "sent \(server.bodyBytesSent(forKey: "plain.bin")) for \(Self.size)")
-        #expect(server.peakOpenConnections <= 4)
+        // Bytes sent twice come only from the end game, which copies a remainder too small to
+        // split (under two 1 MiB segments) and cancels the copy that loses: on a loaded machine
+        // (every lane looks slow) that can be one such remainder, never the file again.
+        #expect(server.bodyBytesSent(forKey: "plain.bin") <= Self.size + (2 << 20), "sent \(server.bodyBytesSent(forKey: "plain.bin")) for \(Self.size)")
+        // Four at most, plus one the client already closed (an end-game copy that lost) that
+        // the server has not seen close yet when the next one opens.
+        #expect(server.peakOpenConnections <= 5)
         try await server.shutdown()
     }
 

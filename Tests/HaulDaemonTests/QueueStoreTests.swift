@@ -3,6 +3,7 @@ import HaulCore
 import HaulStore
 import HaulTestSupport
 import Logging
+import Synchronization
 import Testing
 
 /// The queue's store interface, the same checks against both engines: the embedded SQLite store
@@ -91,7 +92,7 @@ struct QueueStoreTests {
         #expect(some.map(\.id) == [inserted[1].id])
 
         // After a restart, active downloads wait again.
-        try store.reviveInterruptedDownloads()
+        try store.reviveInterruptedDownloads(of: "test-daemon")
         #expect(try store.download(id: inserted[2].id!)?.state == .waiting)
 
         // Purge removes finished, failed and removed ones; delete removes one.
@@ -119,5 +120,86 @@ struct QueueStoreTests {
         var ids: [Int64] = []
         try store.forEachDownload { ids.append($0.id!) }
         #expect(ids == inserted.map { $0.id! })
+    }
+
+    @Test("A shared store: claims skip what another daemon holds, fencing refuses stale leases, expired leases are reclaimed, the host budget is the fleet's, changes are announced")
+    func leases() throws {
+        let cluster = try LoopbackPostgres.start()
+        defer { cluster.stop() }
+        try cluster.createDatabase("fleet")
+        let url = cluster.url(database: "fleet")
+        let a = try PostgresQueueStore(url: url, member: "a", logger: Logger(label: "test"))
+        let b = try PostgresQueueStore(url: url, member: "b", logger: Logger(label: "test"))
+        #expect(a.isShared && b.isShared)
+
+        let heard = Mutex<[QueueStoreChange]>([])
+        let observation = try #require(b.observeChanges { change in heard.withLock { $0.append(change) } })
+        defer { observation.cancel() }
+        #expect(Self.wait { heard.withLock { $0.contains(.resync) } }, "the listener announces that it listens")
+
+        let rows = try a.insert([Self.download("one"), Self.download("two"), Self.download("three")])
+        let ids = rows.map { $0.id! }
+        func claim(_ store: PostgresQueueStore, _ id: Int64, connections: Int = 1, lease: Double = 1, perHost: Int = 0) throws -> QueueClaimOutcome {
+            try store.claim(QueueClaim(downloadID: id, daemon: store.member, leaseSeconds: lease, host: "h", connections: connections, maximumPerHost: perHost)) {
+                $0.state = .active
+            }
+        }
+
+        // a claims; b cannot while a's lease lives.
+        guard case .claimed(let claimed, let leaseA, 1) = try claim(a, ids[0]) else { Issue.record("a's claim failed"); return }
+        #expect(claimed.state == .active && claimed.runner == "a" && leaseA.generation == 1)
+        guard case .heldElsewhere("a") = try claim(b, ids[0]) else { Issue.record("b claimed a held download"); return }
+        #expect(try b.download(id: ids[0])?.runner == "a", "every reader sees who runs it")
+        #expect(Self.wait { heard.withLock { $0.contains(.download(ids[0])) } }, "b heard of a's claim")
+        heard.withLock { $0.removeAll() }
+
+        // a writes under its lease and renews it.
+        #expect(try a.updateDownload(id: ids[0], lease: leaseA, release: false) { $0.bytesDone = 100 }?.bytesDone == 100)
+        #expect(try a.renewLeases([ids[0]: leaseA], seconds: 1) == [ids[0]])
+
+        // The lease expires unrenewed: b reclaims it and claims it under a new generation.
+        Thread.sleep(forTimeInterval: 1.3)
+        let reclaimed = try b.reclaimExpiredLeases()
+        #expect(reclaimed.map { $0.download.id } == [ids[0]] && reclaimed.first?.previousHolder == "a")
+        #expect(reclaimed.first?.download.state == .waiting && reclaimed.first?.download.bytesDone == 100)
+        guard case .claimed(_, let leaseB, _) = try claim(b, ids[0], lease: 30) else { Issue.record("b's claim failed"); return }
+        #expect(leaseB.generation == 2)
+
+        // a comes back: its writes and renewals are refused; the row keeps b's bytes.
+        #expect(throws: QueueLeaseLost.self) { try a.updateDownload(id: ids[0], lease: leaseA, release: false) { $0.bytesDone = 1 } }
+        #expect(try a.renewLeases([ids[0]: leaseA], seconds: 30).isEmpty)
+        #expect(try b.download(id: ids[0])?.bytesDone == 100)
+
+        // The fleet's budget for host h: 3 connections. b holds 1; a gets 2 of the 4 it asks
+        // for, then nothing is left.
+        guard case .claimed(_, _, 2) = try claim(a, ids[1], connections: 4, lease: 30, perHost: 3) else { Issue.record("budget not shared"); return }
+        guard case .hostBusy = try claim(a, ids[2], connections: 1, lease: 30, perHost: 3) else { Issue.record("over the host budget"); return }
+
+        // Heartbeats list both daemons with what each holds.
+        _ = try a.heartbeat(daemon: "a", pid: 1, startedAt: Date(), liveSeconds: 30)
+        let fleet = try b.heartbeat(daemon: "b", pid: 2, startedAt: Date(), liveSeconds: 30)
+        #expect(fleet.map(\.name) == ["a", "b"])
+        #expect(fleet.first { $0.name == "a" }?.downloads == [ids[1]] && fleet.first { $0.name == "b" }?.downloads == [ids[0]])
+        try a.leave(daemon: "a")
+        #expect(try b.heartbeat(daemon: "b", pid: 2, startedAt: Date(), liveSeconds: 30).map(\.name) == ["b"])
+
+        // Released, it is anyone's again; a restarted daemon revives only its own.
+        try b.updateDownload(id: ids[0], lease: leaseB, release: true) { $0.state = .waiting }
+        #expect(try a.download(id: ids[0])?.runner == nil)
+        try b.reviveInterruptedDownloads(of: "b")
+        #expect(try b.download(id: ids[1])?.state == .active, "a's live lease is not b's to revive")
+        try a.reviveInterruptedDownloads(of: "a")
+        #expect(try b.download(id: ids[1])?.state == .waiting && b.download(id: ids[1])?.runner == nil)
+        #expect(Self.wait { heard.withLock { $0.contains(.download(ids[1])) } })
+    }
+
+    /// Polls `condition` for up to five seconds.
+    static func wait(_ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(5)
+        while Date() < deadline {
+            if condition() { return true }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        return condition()
     }
 }

@@ -44,6 +44,8 @@ public struct QueuedDownloadInfo: Codable, Sendable, Hashable {
     /// A running segmented download's servers: the primary, then each mirror, with the bytes
     /// it wrote this run, its connections, and why a mirror was dropped.
     public var sources: [SegmentSourceReport]?
+    /// The daemon that runs it, when the queue is shared by a fleet (`nil` on one daemon).
+    public var runner: String?
     public var createdAt: Date
     public var startedAt: Date?
     public var finishedAt: Date?

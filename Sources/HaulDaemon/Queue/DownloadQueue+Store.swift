@@ -21,6 +21,15 @@ extension DownloadQueue {
         return updated
     }
 
+    /// Changes a download this daemon runs, under its lease (refused with ``QueueLeaseLost``
+    /// when another daemon of the fleet holds it now); with `release`, the lease goes too.
+    @discardableResult
+    func updateDownload(id: Int64, lease: QueueLease, release: Bool = false, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        let updated = try self.store.updateDownload(id: id, lease: lease, release: release, change)
+        if let updated { self.state.withLock { $0.saved(updated) } }
+        return updated
+    }
+
     /// Changes many downloads in one transaction; `change` says whether it changed the row.
     func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
         let changed = try self.store.updateDownloads(ids: ids, change)

@@ -2,19 +2,29 @@ import Foundation
 import HaulCore
 import HaulEngine
 import HaulStore
+import Synchronization
 
 extension DownloadQueue {
     // MARK: - TransferOwner
 
-    /// The core chose download `number`: start it unless it stopped waiting meanwhile.
+    /// The core chose download `number`: claim it (in a fleet, another daemon may have it) and
+    /// start it, unless it stopped waiting meanwhile.
     func startTransfer(_ number: Int64) {
         self.work.async {
             let id = TransferID(.queue, number)
-            guard !self.state.withLock({ $0.isShuttingDown }), let stored = try? self.store.download(id: number), stored.state == .waiting else {
+            guard !self.state.withLock({ $0.isShuttingDown }) else {
                 self.core.ended(id)
                 return
             }
-            if !self.startRun(stored) { self.core.ended(id) }
+            switch self.startRun(number) {
+            case .started:
+                break
+            case .notStarted:
+                self.core.ended(id)
+            case .retry(let entry):
+                self.core.ended(id)
+                self.core.enqueue(entry)
+            }
         }
     }
 
@@ -40,7 +50,8 @@ extension DownloadQueue {
     func transferCheckpointDue(_ transfer: TrackedTransfer) {
         let id = transfer.id.number
         self.work.async {
-            guard self.state.withLock({ $0.running[id]?.transfer === transfer }) else { return }
+            guard let running = self.state.withLock({ $0.running[id] }), running.transfer === transfer, running.intent == nil else { return }
+            let lease = running.lease
             do {
                 // A segmented download's map is read first, then the bytes it names go to the
                 // disk: the map recorded never claims bytes that are only in the page cache.
@@ -48,11 +59,13 @@ extension DownloadQueue {
                 // Bytes are recorded as safe only once they are on the disk, not in the page cache.
                 if let partial = try self.store.download(id: id)?.partialPath { PartialFile.syncData(atPath: partial) }
                 let checkpoint = transfer.takeCheckpoint(map: map)
-                try self.updateDownload(id: id) { download in
+                try self.updateDownload(id: id, lease: lease) { download in
                     download.record(checkpoint.point, currentURL: checkpoint.currentURL)
                     download.totalBytes = checkpoint.totalBytes ?? download.totalBytes
                     if download.requestedName == nil, let suggested = checkpoint.suggestedName { download.fileName = suggested }
                 }
+            } catch let lost as QueueLeaseLost {
+                self.fence(id, reason: "\(lost)")
             } catch {
                 self.logger.error("checkpoint of download \(id) failed: \(error)")
             }
@@ -81,18 +94,56 @@ extension DownloadQueue {
         }
     }
 
-    /// Starts the run of a waiting download (on `work`); `false` when it cannot be recorded.
-    private func startRun(_ stored: StoredDownload) -> Bool {
-        let id = stored.id!
-        let name = stored.fileName ?? FileNaming.suggestedFilename(contentDisposition: nil, url: stored.url)
-        let partial = stored.partialPath ?? (stored.directory as NSString).appendingPathComponent("\(name).\(id).haul-part")
-        var resumable = stored.resumePoint
-        // Positioned writes leave the file at least as long as the last byte of the map.
-        if let point = resumable, (PartialFileSize.of(partial) ?? 0) < (point.segments?.ranges.last?.upperBound ?? point.offset) { resumable = nil }
-        let point = resumable
-        let download: StoredDownload
+    enum StartResult {
+        case started
+        case notStarted
+        /// Not now (the fleet uses every connection to its host): ready again as this entry.
+        case retry(TransferScheduler.Entry)
+    }
+
+    /// Claims a waiting download and starts its run (on `work`).
+    private func startRun(_ id: Int64) -> StartResult {
+        let me = self.configuration.daemonName
+        let known: StoredDownload
         do {
-            guard let updated = try self.updateDownload(id: id, { download in
+            guard let row = try self.store.download(id: id) else {
+                self.state.withLock { $0.index.remove(id: id) }
+                return .notStarted
+            }
+            known = row
+        } catch {
+            self.logger.error("cannot read download \(id): \(error)")
+            return .notStarted
+        }
+        guard known.state == .waiting else {
+            self.state.withLock { $0.saved(known) }
+            return .notStarted
+        }
+        let settings = self.settings
+        let wanted = known.connections ?? settings.connectionsPerDownload ?? QueueSettings.defaultConnectionsPerDownload
+        let claim = QueueClaim(
+            downloadID: id,
+            daemon: me,
+            leaseSeconds: self.configuration.leaseSeconds,
+            host: TransferRun.hostKey(known.url),
+            connections: wanted,
+            maximumPerHost: self.store.isShared ? settings.maximumConnectionsPerHost : 0
+        )
+        // What the claim found on disk: the bytes it continues from, or why it starts anew.
+        let takeover = Mutex<(previous: String?, droppedBytes: Int64)>((nil, 0))
+        let sentAt = TransferCore.monotonicNow()
+        let outcome: QueueClaimOutcome
+        do {
+            outcome = try self.store.claim(claim) { download in
+                let name = download.fileName ?? FileNaming.suggestedFilename(contentDisposition: nil, url: download.url)
+                let partial = download.partialPath ?? (download.directory as NSString).appendingPathComponent("\(name).\(id).haul-part")
+                var resumable = download.resumePoint
+                // Positioned writes leave the file at least as long as the last byte of the map;
+                // a file that is shorter (or missing: another machine's disk) cannot continue.
+                if let point = resumable, (PartialFileSize.of(partial) ?? 0) < (point.segments?.ranges.last?.upperBound ?? point.offset) { resumable = nil }
+                let dropped = resumable == nil ? download.bytesDone + (download.segments?.byteCount ?? 0) : 0
+                takeover.withLock { $0 = (download.lastRunner, dropped) }
+                download.lastRunner = me
                 download.state = .active
                 download.partialPath = partial
                 download.startedAt = download.startedAt ?? Date()
@@ -100,16 +151,49 @@ extension DownloadQueue {
                 // Running again: an earlier attempt's error ("…; retrying") is no longer news.
                 download.errorMessage = nil
                 download.errorCode = nil
-                if point == nil {
+                if resumable == nil {
                     download.bytesDone = 0
                     download.segments = nil
                 }
-            }) else { return false }
-            download = updated
+            }
         } catch {
-            self.logger.error("cannot record download \(id) as active: \(error)")
-            return false
+            self.logger.error("cannot claim download \(id): \(error)")
+            return .notStarted
         }
+        let download: StoredDownload
+        let lease: QueueLease
+        let connections: Int
+        switch outcome {
+        case .claimed(let row, let granted, let count):
+            download = row
+            lease = granted
+            connections = count
+        case .notWaiting:
+            if let row = try? self.store.download(id: id) { self.state.withLock { $0.saved(row) } }
+            return .notStarted
+        case .heldElsewhere(let holder):
+            self.logger.debug("download \(id) is held by \(holder ?? "another daemon")")
+            if let row = try? self.store.download(id: id) { self.state.withLock { $0.saved(row) } }
+            return .notStarted
+        case .hostBusy:
+            // The fleet uses the host's whole budget: look again in a second.
+            var entry = Self.entry(for: known)
+            entry.notBefore = TransferCore.now() + 1
+            return .retry(entry)
+        }
+        self.state.withLock { $0.saved(download) }
+        let (previous, dropped) = takeover.withLock { $0 }
+        if let previous, previous != me {
+            if let point = download.resumePoint {
+                self.logger.notice("download \(id) taken over from \(previous): continuing at \(point.done.byteCount) bytes from the partial file \(download.partialPath ?? "")")
+            } else {
+                self.logger.notice("download \(id) taken over from \(previous): \(dropped > 0 ? "its partial file is not on this machine's storage, " : "")starting from zero")
+            }
+        } else if dropped > 0 {
+            self.logger.notice("download \(id): the partial file does not hold the \(dropped) bytes on record; starting from zero")
+        }
+        let point = download.resumePoint
+        let partial = download.partialPath!
         let transfer = TrackedTransfer(
             id: TransferID(.queue, id),
             owner: self,
@@ -129,16 +213,21 @@ extension DownloadQueue {
             destination: .file(path: partial, resume: point),
             resourceTimeout: nil,
             bandwidthLimiters: [self.core.globalLimiter, transfer.speedLimiter],
-            maximumConnections: download.connections ?? self.settings.connectionsPerDownload ?? QueueSettings.defaultConnectionsPerDownload,
+            maximumConnections: connections,
             mirrors: mirrors,
             mirrorPolicy: download.checksum != nil ? .verifiedByChecksum : .sameValidators,
             observer: transfer
         )
-        self.state.withLock { $0.running[id] = Running(transfer: transfer, run: run, stored: download) }
-        self.logger.debug("download \(id) starts at offset \(point?.offset ?? 0) from \(download.url.absoluteString)")
+        self.state.withLock {
+            $0.running[id] = Running(
+                transfer: transfer, run: run, stored: download, lease: lease,
+                leaseValidUntil: sentAt + self.configuration.leaseSeconds
+            )
+        }
+        self.logger.debug("download \(id) starts at offset \(point?.offset ?? 0) from \(download.url.absoluteString) (lease \(lease))")
         self.publish(.changed(self.info(for: download)))
         run.start { outcome in self.work.async { self.transferEnded(id, outcome: outcome) } }
-        return true
+        return .started
     }
 
     /// The download's extra request headers (`Name: value` lines).
@@ -159,6 +248,13 @@ extension DownloadQueue {
         dispatchPrecondition(condition: .onQueue(self.work))
         guard let running = self.state.withLock({ $0.running[id] }) else { return }
         let transfer = running.transfer
+        let lease = running.lease
+        if case .fenced = running.intent {
+            // Not ours any more (or soon not): nothing is written; the store says what it is.
+            self.state.withLock { _ = $0.running.removeValue(forKey: id) }
+            self.ended(id)
+            return
+        }
         switch outcome {
         case .completed(let response, let total) where (200..<300).contains(response.statusCode):
             // Verification reads the whole file: off the serial queue, the slot stays taken.
@@ -166,16 +262,16 @@ extension DownloadQueue {
             let disposition = response.headers["Content-Disposition"]
             DispatchQueue.global().async {
                 let verdict = self.verify(id: id, total: total)
-                self.work.async { self.finish(id, transfer: transfer, total: total, url: url, disposition: disposition, verdict: verdict) }
+                self.work.async { self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict) }
             }
             return
         case .completed(let response, _):
             let error = URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "the server answered \(response.statusCode)"])
-            self.failed(id, transfer: transfer, failure: TransferFailure(error, serverStatus: response.statusCode), retryAfter: response.headers["Retry-After"], point: nil)
+            self.failed(id, transfer: transfer, lease: lease, failure: TransferFailure(error, serverStatus: response.statusCode), retryAfter: response.headers["Retry-After"], point: nil)
         case .failed(let failure, let response, let point):
-            self.failed(id, transfer: transfer, failure: failure, retryAfter: response?.headers["Retry-After"], point: point)
+            self.failed(id, transfer: transfer, lease: lease, failure: failure, retryAfter: response?.headers["Retry-After"], point: point)
         case .stopped(_, _, let point):
-            self.stopped(id, intent: running.intent ?? .pause, transfer: transfer, point: point)
+            self.stopped(id, intent: running.intent ?? .pause, transfer: transfer, lease: lease, partialPath: running.stored.partialPath, point: point)
         }
         self.ended(id)
     }
@@ -183,8 +279,9 @@ extension DownloadQueue {
     /// The slot of `id` is free; a download waiting again goes back to the scheduler.
     private func ended(_ id: Int64) {
         self.core.ended(TransferID(.queue, id))
-        if let download = try? self.store.download(id: id), download.state == .waiting {
-            self.core.enqueue(Self.entry(for: download))
+        if let download = try? self.store.download(id: id) {
+            self.state.withLock { $0.saved(download) }
+            if download.state == .waiting, download.runner == nil { self.core.enqueue(Self.entry(for: download)) }
         }
     }
 
@@ -195,20 +292,29 @@ extension DownloadQueue {
         PartialFile.syncData(atPath: partial)
     }
 
-    private func stopped(_ id: Int64, intent: StopIntent, transfer: TrackedTransfer, point: ResumePoint?) {
+    private func stopped(_ id: Int64, intent: StopIntent, transfer: TrackedTransfer, lease: QueueLease, partialPath: String?, point: ResumePoint?) {
         self.state.withLock { _ = $0.running.removeValue(forKey: id) }
         do {
             switch intent {
             case .remove(let deleteRow):
-                try self.discard(id, partialPath: try self.store.download(id: id)?.partialPath, deleteRow: deleteRow)
+                try self.discard(id, partialPath: partialPath, deleteRow: deleteRow)
+                _ = try? self.store.updateDownload(id: id, lease: lease, release: true) { _ in }
             case .pause, .requeue, .shutdown:
                 self.syncIfMapped(id, point)
                 let url = transfer.currentURL
-                let updated = try self.updateDownload(id: id) { download in
+                // A daemon of a fleet that stops hands its downloads to the others at once.
+                let handOver = self.store.isShared
+                let updated = try self.updateDownload(id: id, lease: lease, release: true) { download in
                     download.record(point, currentURL: url)
-                    if case .requeue = intent, download.state == .active { download.state = .waiting }
+                    switch intent {
+                    case .requeue where download.state == .active: download.state = .waiting
+                    case .shutdown where handOver && download.state == .active: download.state = .waiting
+                    default: break
+                    }
                 }
                 if let updated { self.publish(.changed(updated.info)) }
+            case .fenced:
+                break
             }
         } catch {
             self.logger.error("cannot record the stop of download \(id): \(error)")
@@ -218,6 +324,7 @@ extension DownloadQueue {
     private func failed(
         _ id: Int64,
         transfer: TrackedTransfer,
+        lease: QueueLease,
         failure: TransferFailure,
         retryAfter: String?,
         point: ResumePoint?
@@ -238,7 +345,7 @@ extension DownloadQueue {
             )
             let url = transfer.currentURL
             self.syncIfMapped(id, point)
-            let updated = try self.updateDownload(id: id) { download in
+            let updated = try self.updateDownload(id: id, lease: lease, release: true) { download in
                 download.record(point, currentURL: url)
                 guard download.state == .active else { return }  // paused or cancelled meanwhile
                 switch decision {
@@ -304,14 +411,15 @@ extension DownloadQueue {
         }
     }
 
-    private func finish(_ id: Int64, transfer: TrackedTransfer, total: Int64, url: URL, disposition: String?, verdict: Verdict?) {
+    private func finish(_ id: Int64, transfer: TrackedTransfer, lease: QueueLease, total: Int64, url: URL, disposition: String?, verdict: Verdict?) {
         let running = self.state.withLock { $0.running.removeValue(forKey: id) }
         defer { self.ended(id) }
         do {
+            if case .fenced = running?.intent { return }
             guard let download = try self.store.download(id: id), let partial = download.partialPath else { return }
             if case .remove = running?.intent {
                 unlink(partial)
-                self.stopped(id, intent: running!.intent!, transfer: transfer, point: nil)
+                self.stopped(id, intent: running!.intent!, transfer: transfer, lease: lease, partialPath: partial, point: nil)
                 return
             }
             if let verdict, verdict.isChecksumMismatch, download.urls.count > 1,
@@ -321,7 +429,7 @@ extension DownloadQueue {
                 // file again from one URL.
                 unlink(partial)
                 let message = "\(verdict.message); the file had bytes from mirrors, fetching it again from \(download.url.absoluteString) alone"
-                let updated = try self.updateDownload(id: id) { download in
+                let updated = try self.updateDownload(id: id, lease: lease, release: true) { download in
                     download.state = .waiting
                     download.errorMessage = message
                     download.bytesDone = 0
@@ -335,7 +443,7 @@ extension DownloadQueue {
             }
             if let verdict = verdict?.message {
                 // A bad file is never presented as finished; resuming starts over.
-                let updated = try self.updateDownload(id: id) { download in
+                let updated = try self.updateDownload(id: id, lease: lease, release: true) { download in
                     download.state = .error
                     download.errorMessage = verdict
                     download.errorCode = Aria2ErrorCode.code(urlErrorCode: nil, serverStatus: nil, message: verdict)
@@ -349,12 +457,14 @@ extension DownloadQueue {
                 return
             }
             let name = download.requestedName ?? FileNaming.suggestedFilename(contentDisposition: disposition, url: url)
+            // The file is placed only while the download is still this daemon's.
+            try self.updateDownload(id: id, lease: lease) { _ in }
             let finalPath: String
             do {
                 finalPath = try NoOverwriteMove.moveChoosingFreeName(partial, directory: download.directory, name: name)
             } catch {
                 let message = "cannot move the finished file into \(download.directory): \(error)"
-                let updated = try self.updateDownload(id: id) { download in
+                let updated = try self.updateDownload(id: id, lease: lease, release: true) { download in
                     download.state = .error
                     download.errorMessage = message
                     download.errorCode = Aria2ErrorCode.fileIO
@@ -363,7 +473,7 @@ extension DownloadQueue {
                 if let updated { self.publish(.changed(updated.info)) }
                 return
             }
-            let updated = try self.updateDownload(id: id) { download in
+            let updated = try self.updateDownload(id: id, lease: lease, release: true) { download in
                 download.state = .complete
                 download.bytesDone = total
                 download.segments = nil

@@ -28,6 +28,17 @@ public final class DownloadQueue: TransferOwner, Sendable {
         )
         /// The default directory before the user sets one.
         public var defaultDirectory: String
+        /// This daemon's name in a fleet (a shared store): its leases and `haul ls` name it.
+        /// Unique among the fleet's daemons; a daemon restarted under the same name takes its
+        /// own downloads back at once instead of waiting for their leases to expire.
+        public var daemonName: String = "\(ProcessInfo.processInfo.hostName)-\(getpid())"
+        /// How long a lease on a download of a shared store lasts unless renewed. A daemon
+        /// renews every quarter of it and stops a download it could not renew for 60 % of it;
+        /// another daemon takes it over once it expired.
+        public var leaseSeconds: Double = 15
+        /// `max-concurrent` of this daemon alone (`hauld --maximum-transfers` with a shared
+        /// store, where the saved settings are the fleet's).
+        public var maximumConcurrentOverride: Int?
 
         public init(defaultDirectory: String) {
             self.defaultDirectory = defaultDirectory
@@ -42,6 +53,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
         /// Back to waiting (the scheduler wants the slot back).
         case requeue
         case shutdown
+        /// Its lease is lost or about to expire: stop at once and write nothing more (another
+        /// daemon may own the download now).
+        case fenced
     }
 
     struct Running {
@@ -50,6 +64,11 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var intent: StopIntent?
         /// The row as last saved (kept by every write), for progress events without a store read.
         var stored: StoredDownload
+        /// The claim it runs under; every write of it goes with the lease.
+        var lease: QueueLease
+        /// Until when (monotonic seconds) the lease surely holds: measured from the moment the
+        /// last claim or renewal that succeeded was sent.
+        var leaseValidUntil: Double
     }
 
     struct State {
@@ -65,6 +84,10 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var mirrorsDistrusted: Set<Int64> = []
         /// Every download, for lists and counts (the store is the durable copy).
         var index = DownloadIndex()
+        /// The fleet's live daemons (a shared store), from the last heartbeat.
+        var fleet: [DaemonPresence] = []
+        /// Whether the last renewal or heartbeat reached the store.
+        var storeReachable = true
     }
 
     package let store: any QueueStore
@@ -74,6 +97,10 @@ public final class DownloadQueue: TransferOwner, Sendable {
     let state: Mutex<State>
     /// Serialises decisions and store writes.
     let work = DispatchQueue(label: "hauld.queue")
+    /// A fleet's lease renewals, reclaims and heartbeats: never queued behind `work`.
+    let leaseWork = DispatchQueue(label: "hauld.leases")
+    /// The timers and the change subscription of a shared store (see `DownloadQueue+Fleet`).
+    let fleetDuties = FleetDuties()
 
     /// Loads the saved settings (or defaults) and makes them the core's shared limits.
     public init(store: any QueueStore, core: TransferCore, configuration: Configuration, logger: Logger) throws {
@@ -83,14 +110,26 @@ public final class DownloadQueue: TransferOwner, Sendable {
         self.core = core
         let settings = try store.queueSettings() ?? QueueSettings(defaultDirectory: configuration.defaultDirectory)
         self.state = Mutex(State(settings: settings))
-        core.setLimits(TransferCore.Limits(settings))
         core.register(self, for: .queue)
+        core.setLimits(self.limits(for: settings))
+    }
+
+    /// The core's limits for `settings`: this daemon's `max-concurrent` (its override when it
+    /// has one); in a fleet, its share of the global speed limit.
+    func limits(for settings: QueueSettings) -> TransferCore.Limits {
+        var limits = TransferCore.Limits(settings)
+        if let maximum = self.configuration.maximumConcurrentOverride { limits.maximumConcurrent = maximum }
+        if limits.globalSpeedLimit > 0 {
+            let daemons = max(1, self.state.withLock { $0.fleet.count })
+            limits.globalSpeedLimit = max(1, limits.globalSpeedLimit / Int64(daemons))
+        }
+        return limits
     }
 
     /// Continues what a previous daemon left active and hands every waiting download to the
     /// core's scheduler.
     public func start() throws {
-        try self.store.reviveInterruptedDownloads()
+        try self.store.reviveInterruptedDownloads(of: self.configuration.daemonName)
         var index = DownloadIndex()
         var waiting: [TransferScheduler.Entry] = []
         try self.store.forEachDownload { row in
@@ -99,6 +138,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         }
         self.state.withLock { $0.index = index }
         self.core.enqueue(waiting)
+        self.startFleet()
     }
 
     /// The scheduler's view of a waiting download.
@@ -469,7 +509,10 @@ public final class DownloadQueue: TransferOwner, Sendable {
                 return
             }
             self.core.withdraw(TransferID(.queue, id))
-            try self.discard(id, partialPath: download.partialPath, deleteRow: deleteFromList)
+            // A download another daemon of the fleet runs: that daemon stops it and deletes
+            // its partial file when it hears of the change.
+            let runsElsewhere = download.runner != nil && download.runner != self.configuration.daemonName
+            try self.discard(id, partialPath: runsElsewhere ? nil : download.partialPath, deleteRow: deleteFromList)
         }
     }
 
@@ -531,7 +574,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
             try self.store.save(settings)
             self.state.withLock { $0.settings = settings }
             // The limits are the core's: background sessions share them.
-            self.core.setLimits(TransferCore.Limits(settings))
+            self.core.setLimits(self.limits(for: settings))
             self.logger.info("setting \(key) = \(value)")
             self.publish(.settings(settings))
             return settings

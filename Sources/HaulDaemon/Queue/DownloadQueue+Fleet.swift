@@ -1,0 +1,242 @@
+import Foundation
+import HaulCore
+import HaulEngine
+import HaulStore
+import Synchronization
+
+/// A fleet of daemons on one shared store: leases kept alive, fencing, takeovers and a live
+/// view of what the other daemons change.
+///
+/// - Every quarter of the lease (on `leaseWork`): renew the leases of the running downloads
+///   (one statement); a download whose lease is not renewed was taken by another daemon and
+///   stops at once, writing nothing. Then hand downloads whose lease expired (a daemon died or
+///   was cut off) back to the waiting queue, and send a heartbeat (the live daemons, for
+///   `haul daemon status` and the fleet's share of the speed limit).
+/// - Every tenth of the lease (on its own timer, never behind a store call that hangs): a
+///   download whose lease was not renewed for 60 % of its length stops, writing nothing, so
+///   that it has stopped before the lease can expire and another daemon take it over.
+/// - Changes of other daemons arrive as notifications and are applied on `work`: the index is
+///   updated, downloads that wait again are handed to the scheduler, and a download running
+///   here that another door paused or removed stops.
+extension DownloadQueue {
+    /// Starts the duties above when the store is shared (nothing otherwise).
+    func startFleet() {
+        guard self.store.isShared else { return }
+        let lease = self.configuration.leaseSeconds
+        let observation = self.store.observeChanges { [weak self] change in
+            guard let self else { return }
+            self.work.async { self.apply(change) }
+        }
+        let keeper = DispatchSource.makeTimerSource(queue: self.leaseWork)
+        keeper.schedule(deadline: .now(), repeating: lease / 4, leeway: .milliseconds(20))
+        keeper.setEventHandler { [weak self] in self?.keepLeases() }
+        let fence = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "hauld.fence"))
+        fence.schedule(deadline: .now() + lease / 10, repeating: lease / 10, leeway: .milliseconds(10))
+        fence.setEventHandler { [weak self] in self?.fenceExpiringLeases() }
+        self.fleetDuties.start(observation: observation, timers: [keeper, fence])
+        self.logger.info("fleet: this daemon is \(self.configuration.daemonName), leases of \(lease) s")
+    }
+
+    /// Stops the duties and tells the store this daemon left (its downloads were handed back
+    /// by the shutdown).
+    public func leaveFleet() {
+        guard self.store.isShared, self.fleetDuties.stop() else { return }
+        self.leaseWork.sync {
+            do { try self.store.leave(daemon: self.configuration.daemonName) } catch { self.logger.notice("fleet: cannot say goodbye: \(error)") }
+        }
+    }
+
+    /// The fleet's live daemons and what each runs (one daemon alone with a local store).
+    public func fleet() -> [DaemonPresence] {
+        self.state.withLock { state in
+            if self.store.isShared { return state.fleet }
+            return [
+                DaemonPresence(
+                    name: self.configuration.daemonName, pid: getpid(), startedAt: Self.startedAt, seenAt: Date(),
+                    downloads: state.running.keys.sorted()
+                )
+            ]
+        }
+    }
+
+    static let startedAt = Date()
+
+    // MARK: - Leases (on leaseWork)
+
+    private func keepLeases() {
+        let seconds = self.configuration.leaseSeconds
+        let leases = self.state.withLock { state in
+            state.running.filter { $0.value.intent == nil }.mapValues(\.lease)
+        }
+        var reachable = true
+        if !leases.isEmpty {
+            let sentAt = TransferCore.monotonicNow()
+            do {
+                let held = try self.store.renewLeases(leases, seconds: seconds)
+                self.state.withLock { state in
+                    for id in held where state.running[id] != nil { state.running[id]!.leaseValidUntil = sentAt + seconds }
+                }
+                for id in leases.keys where !held.contains(id) {
+                    self.fence(id, reason: "its lease \(leases[id]!) is no longer current: another daemon holds the download now")
+                }
+            } catch {
+                reachable = false
+                self.logger.warning("fleet: cannot renew \(leases.count) lease(s): \(error)")
+            }
+        }
+        do {
+            for (download, holder) in try self.store.reclaimExpiredLeases() {
+                self.logger.notice("fleet: the lease of \(holder) on download \(download.id!) expired; it waits for a daemon again")
+                self.work.async { self.apply(.download(download.id!)) }
+            }
+        } catch {
+            reachable = false
+        }
+        do {
+            let fleet = try self.store.heartbeat(
+                daemon: self.configuration.daemonName, pid: getpid(), startedAt: Self.startedAt, liveSeconds: seconds
+            )
+            let (before, wasReachable) = self.state.withLock { state in
+                defer { state.fleet = fleet }
+                return (state.fleet.count, state.storeReachable)
+            }
+            if fleet.count != before { self.core.setLimits(self.limits(for: self.settings)) }
+            if !wasReachable {
+                self.logger.notice("fleet: the store answers again")
+                // What changed meanwhile is read again (the change listener may have missed it).
+                self.work.async { self.apply(.resync) }
+            }
+        } catch {
+            reachable = false
+            self.logger.warning("fleet: heartbeat failed: \(error)")
+        }
+        self.state.withLock { $0.storeReachable = reachable }
+    }
+
+    /// Stops downloads whose lease was not renewed for 60 % of its length.
+    private func fenceExpiringLeases() {
+        let now = TransferCore.monotonicNow()
+        let margin = self.configuration.leaseSeconds * 0.4
+        let expiring = self.state.withLock { state in
+            state.running.filter { $0.value.intent == nil && $0.value.leaseValidUntil - margin < now }.map(\.key)
+        }
+        for id in expiring.sorted() {
+            self.fence(id, reason: "its lease could not be renewed (the store does not answer); stopped before the lease expires")
+        }
+    }
+
+    /// Stops a running download at once and writes nothing more about it: another daemon may
+    /// own it now.
+    func fence(_ id: Int64, reason: String) {
+        let run = self.state.withLock { state -> TransferRun? in
+            guard state.running[id] != nil, state.running[id]!.intent == nil else { return nil }
+            state.running[id]!.intent = .fenced
+            return state.running[id]!.run
+        }
+        guard let run else { return }
+        self.logger.warning("fleet: download \(id) stopped: \(reason)")
+        run.stop(.pause)
+    }
+
+    // MARK: - Changes of other daemons (on work)
+
+    func apply(_ change: QueueStoreChange) {
+        dispatchPrecondition(condition: .onQueue(self.work))
+        do {
+            switch change {
+            case .download(let id):
+                self.refresh(id, row: try self.store.download(id: id))
+            case .settings:
+                guard let settings = try self.store.queueSettings() else { return }
+                self.state.withLock { $0.settings = settings }
+                self.core.setLimits(self.limits(for: settings))
+                self.publish(.settings(settings))
+            case .resync:
+                var seen = Set<Int64>()
+                try self.store.forEachDownload { row in
+                    seen.insert(row.id!)
+                    self.refresh(row.id!, row: row)
+                }
+                let gone = self.state.withLock { state in state.index.entries.map(\.id).filter { !seen.contains($0) } }
+                for id in gone { self.refresh(id, row: nil) }
+            }
+        } catch {
+            self.logger.notice("fleet: cannot read a change of another daemon: \(error)")
+        }
+    }
+
+    /// Brings the index, the scheduler and a run here in line with `row` as another daemon
+    /// left it (`nil`: deleted).
+    private func refresh(_ id: Int64, row: StoredDownload?) {
+        let running = self.state.withLock { $0.running[id] }
+        guard let row else {
+            if running != nil {
+                if let run = self.stopRunning(id, intent: .remove(deleteRow: true)) { run.stop(.cancel) }
+            } else if self.state.withLock({ state in
+                guard state.index.entry(id: id) != nil else { return false }
+                state.index.remove(id: id)
+                return true
+            }) {
+                self.core.withdraw(TransferID(.queue, id))
+                self.publish(.removed(id: id))
+            }
+            return
+        }
+        let changed = self.state.withLock { state -> Bool in
+            let before = state.index.entry(id: id)?.info
+            state.saved(row)
+            return before != row.info
+        }
+        if let running {
+            guard running.intent == nil else { return }
+            switch row.state {
+            case .paused:
+                if let run = self.stopRunning(id, intent: .pause) { run.stop(.pause) }
+            case .removed:
+                if let run = self.stopRunning(id, intent: .remove(deleteRow: false)) { run.stop(.cancel) }
+            default:
+                break
+            }
+            return
+        }
+        if changed { self.publish(.changed(row.info)) }
+        if row.state == .waiting, row.runner == nil {
+            self.core.enqueue(Self.entry(for: row))
+        } else {
+            self.core.withdraw(TransferID(.queue, id))
+        }
+    }
+}
+
+/// The timers and the change subscription of a fleet member; started once, stopped once.
+final class FleetDuties: @unchecked Sendable {
+    // @unchecked: every field is guarded by `lock`.
+    private let lock = NSLock()
+    private var observation: (any QueueStoreObservation)?
+    private var timers: [any DispatchSourceTimer] = []
+    private var started = false
+
+    func start(observation: (any QueueStoreObservation)?, timers: [any DispatchSourceTimer]) {
+        self.lock.withLock {
+            self.observation = observation
+            self.timers = timers
+            self.started = true
+        }
+        for timer in timers { timer.resume() }
+    }
+
+    /// Whether it was running.
+    func stop() -> Bool {
+        let (observation, timers, wasStarted) = self.lock.withLock {
+            defer {
+                self.observation = nil
+                self.timers = []
+                self.started = false
+            }
+            return (self.observation, self.timers, self.started)
+        }
+        observation?.cancel()
+        for timer in timers { timer.cancel() }
+        return wasStarted
+    }
+}

@@ -1,0 +1,107 @@
+import Foundation
+
+/// A daemon's hold on one download of a shared queue: which daemon holds it, and the claim's
+/// generation — the fencing token. Every claim of a download bumps its generation, so a write
+/// made under an older claim (a daemon that was cut off while another took the download over)
+/// is refused by the store, however late it arrives.
+public struct QueueLease: Sendable, Hashable, Codable, CustomStringConvertible {
+    public var daemon: String
+    public var generation: Int64
+
+    public init(daemon: String, generation: Int64) {
+        self.daemon = daemon
+        self.generation = generation
+    }
+
+    public var description: String { "\(self.daemon)#\(self.generation)" }
+}
+
+/// The store refused a write made under a lease that is no longer current: another daemon
+/// claimed the download (or its lease expired and it went back to waiting).
+public struct QueueLeaseLost: Error, CustomStringConvertible {
+    public var downloadID: Int64
+    public var lease: QueueLease
+    /// Who holds it now, when someone does.
+    public var holder: String?
+
+    public init(downloadID: Int64, lease: QueueLease, holder: String?) {
+        self.downloadID = downloadID
+        self.lease = lease
+        self.holder = holder
+    }
+
+    public var description: String {
+        "download \(self.downloadID): lease \(self.lease) is no longer current" + (self.holder.map { " (held by \($0))" } ?? "")
+    }
+}
+
+/// What a daemon asks for when it wants to start a waiting download.
+public struct QueueClaim: Sendable {
+    public var downloadID: Int64
+    public var daemon: String
+    /// How long the lease lasts unless renewed (measured on the store's clock).
+    public var leaseSeconds: Double
+    /// The host the download fetches from (the fleet's per-host budget is counted per host).
+    public var host: String
+    /// Connections the download would like; the answer may grant fewer.
+    public var connections: Int
+    /// Connections to `host` the whole fleet may hold; 0: no fleet-wide limit.
+    public var maximumPerHost: Int
+
+    public init(downloadID: Int64, daemon: String, leaseSeconds: Double, host: String, connections: Int, maximumPerHost: Int) {
+        self.downloadID = downloadID
+        self.daemon = daemon
+        self.leaseSeconds = leaseSeconds
+        self.host = host
+        self.connections = connections
+        self.maximumPerHost = maximumPerHost
+    }
+}
+
+/// The store's answer to a ``QueueClaim``.
+public enum QueueClaimOutcome: Sendable {
+    /// The download is this daemon's until the lease expires: the row as changed by the claim,
+    /// the lease, and how many connections to its host it may use.
+    case claimed(StoredDownload, QueueLease, connections: Int)
+    /// It does not wait any more (paused, removed, finished) or is gone.
+    case notWaiting
+    /// Another daemon holds it (or is claiming it right now).
+    case heldElsewhere(String?)
+    /// The fleet already uses every connection to the host that its limit allows.
+    case hostBusy
+}
+
+/// A daemon of the fleet as the shared store knows it.
+public struct DaemonPresence: Sendable, Hashable, Codable {
+    public var name: String
+    public var pid: Int32
+    public var startedAt: Date
+    /// The last heartbeat, on the store's clock.
+    public var seenAt: Date
+    /// The downloads it holds a live lease on.
+    public var downloads: [Int64]
+
+    public init(name: String, pid: Int32, startedAt: Date, seenAt: Date, downloads: [Int64]) {
+        self.name = name
+        self.pid = pid
+        self.startedAt = startedAt
+        self.seenAt = seenAt
+        self.downloads = downloads
+    }
+}
+
+/// What another daemon changed in a shared store (delivered by ``QueueStore/observeChanges(_:)``).
+public enum QueueStoreChange: Sendable, Hashable {
+    /// Download `id` changed, was added or deleted: read it again.
+    case download(Int64)
+    /// The settings changed.
+    case settings
+    /// Changes may have been missed (the listening connection was lost and is back): read
+    /// everything again.
+    case resync
+}
+
+/// A subscription to ``QueueStoreChange``s; ``cancel()`` ends it.
+public protocol QueueStoreObservation: Sendable {
+    func cancel()
+}
