@@ -5,14 +5,18 @@ import Foundation
 struct DaemonCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "daemon",
-        abstract: "Run hauld, the background transfer daemon, in the foreground.",
-        discussion: "All arguments go to hauld; see 'hauld --help'."
+        abstract: "Run hauld, the background transfer daemon, in the foreground; 'haul daemon status' lists the daemons sharing its queue.",
+        discussion: "All arguments go to hauld; see 'hauld --help'. 'haul daemon status [--json]' asks the running daemon instead: the daemons of its fleet (one, unless they share a PostgreSQL queue), with the downloads each runs."
     )
 
     @Argument(parsing: .allUnrecognized, help: "Arguments for hauld.")
     var arguments: [String] = []
 
     func run() throws {
+        if self.arguments.first == "status" {
+            try Self.status(json: self.arguments.dropFirst().contains("--json"))
+            return
+        }
         let environment = ProcessInfo.processInfo.environment
         let own = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
         var candidates: [String] = []
@@ -26,5 +30,18 @@ struct DaemonCommand: ParsableCommand {
         var cArguments = argv.map { strdup($0) } + [nil]
         execv(path, &cArguments)
         throw ValidationError("cannot run \(path): \(String(cString: strerror(errno)))")
+    }
+
+    /// Prints the fleet of the running daemon.
+    static func status(json: Bool) throws {
+        let client = try QueueClient.connect(start: false)
+        defer { client.close() }
+        let response = try client.call(.fleetStatus)
+        let fleet = response.fleet ?? []
+        if json {
+            print(QueueFormatting.json(fleet))
+        } else {
+            print(QueueFormatting.fleet(fleet, this: response.daemonName, store: response.store))
+        }
     }
 }

@@ -58,7 +58,7 @@ public struct DaemonService: Service {
     ///
     /// - Throws: ``DaemonError`` saying what is wrong with the URL or why the store cannot be
     ///   reached.
-    static func openQueueStore(_ text: String?, local: TransferStore, logger: Logger) throws -> any QueueStore {
+    static func openQueueStore(_ text: String?, local: TransferStore, queue: DownloadQueue.Configuration, logger: Logger) throws -> any QueueStore {
         guard let text, !text.isEmpty else { return local }
         if text.hasPrefix("sqlite:") {
             let path = String(text.dropFirst("sqlite:".count))
@@ -67,7 +67,12 @@ public struct DaemonService: Service {
         }
         if text.hasPrefix("postgres://") || text.hasPrefix("postgresql://") {
             do {
-                return try PostgresQueueStore(url: text, logger: logger)
+                // A statement may take a third of a lease at most: a store that stops answering
+                // is noticed while the leases still hold.
+                let timeout = max(0.2, min(5, queue.leaseSeconds / 3))
+                return try PostgresQueueStore(
+                    url: text, member: queue.daemonName, queryTimeout: .milliseconds(Int64(timeout * 1000)), logger: logger
+                )
             } catch let error as PostgresQueueStore.StoreError {
                 throw DaemonError(error.description)
             }
@@ -79,13 +84,18 @@ public struct DaemonService: Service {
         try self.paths.createDirectories()
         let lock = try DaemonLock(path: self.paths.lockPath)
         let store = try TransferStore.open(path: self.paths.storePath)
-        let queueStore = try Self.openQueueStore(self.queueStore, local: store, logger: self.logger)
+        let queueStore = try Self.openQueueStore(self.queueStore, local: store, queue: self.queueConfiguration, logger: self.logger)
         self.logger.info("hauld: queue store \(queueStore.storeDescription)")
         // The limits come from the saved settings, which the queue loads and hands to the core.
         let core = TransferCore(limits: .init(QueueSettings(defaultDirectory: "/")), configuration: self.coreConfiguration, logger: self.logger)
         let daemon = TransferDaemon(store: store, paths: self.paths, core: core, configuration: self.configuration, logger: self.logger)
-        let queue = try DownloadQueue(store: queueStore, core: core, configuration: self.queueConfiguration, logger: self.logger)
-        if let maximum = self.maximumConcurrentTransfers {
+        var queueConfiguration = self.queueConfiguration
+        if queueStore.isShared, let maximum = self.maximumConcurrentTransfers {
+            // The saved settings are the fleet's: this daemon's own limit is not saved.
+            queueConfiguration.maximumConcurrentOverride = min(64, max(1, maximum))
+        }
+        let queue = try DownloadQueue(store: queueStore, core: core, configuration: queueConfiguration, logger: self.logger)
+        if !queueStore.isShared, let maximum = self.maximumConcurrentTransfers {
             _ = try await queue.set("max-concurrent", to: "\(min(64, max(1, maximum)))")
         }
         try daemon.start()
@@ -130,6 +140,7 @@ public struct DaemonService: Service {
             self.logger.info("shutting down: pausing transfers")
             await server.close()
             await core.shutdown()
+            queue.leaveFleet()
         }
         unlink(self.paths.socketPath)
         withExtendedLifetime(lock) {}

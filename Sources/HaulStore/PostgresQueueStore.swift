@@ -126,6 +126,10 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
             tls: .disable
         )
         configuration.options.connectTimeout = self.queryTimeout
+        // A daemon cut off inside a transaction must not keep its row locks: the server ends
+        // such a session (the lease keeper's reclaim skips locked rows).
+        let idle = max(1, Int(self.queryTimeout.nanoseconds / 1_000_000_000) * 2)
+        configuration.options.additionalStartupParameters = [("idle_in_transaction_session_timeout", "\(idle)s")]
         return configuration
     }
 

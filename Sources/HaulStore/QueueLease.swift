@@ -1,4 +1,5 @@
 import Foundation
+import HaulCore
 
 /// A daemon's hold on one download of a shared queue: which daemon holds it, and the claim's
 /// generation — the fencing token. Every claim of a download bumps its generation, so a write
@@ -69,25 +70,6 @@ public enum QueueClaimOutcome: Sendable {
     case heldElsewhere(String?)
     /// The fleet already uses every connection to the host that its limit allows.
     case hostBusy
-}
-
-/// A daemon of the fleet as the shared store knows it.
-public struct DaemonPresence: Sendable, Hashable, Codable {
-    public var name: String
-    public var pid: Int32
-    public var startedAt: Date
-    /// The last heartbeat, on the store's clock.
-    public var seenAt: Date
-    /// The downloads it holds a live lease on.
-    public var downloads: [Int64]
-
-    public init(name: String, pid: Int32, startedAt: Date, seenAt: Date, downloads: [Int64]) {
-        self.name = name
-        self.pid = pid
-        self.startedAt = startedAt
-        self.seenAt = seenAt
-        self.downloads = downloads
-    }
 }
 
 /// What another daemon changed in a shared store (delivered by ``QueueStore/observeChanges(_:)``).

@@ -16,6 +16,9 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
     private var body = ByteBuffer()
     private var isActive = true
     private var isSendingBody = false
+    /// The counter key of the `/file` response being sent (for the per-key count of
+    /// responses in flight), until it ends.
+    private var responseKey: String?
 
     init(server: FaultInjectingHTTPServer) {
         self.server = server
@@ -28,6 +31,7 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
 
     func channelInactive(context: ChannelHandlerContext) {
         self.isActive = false
+        self.endResponse()
         self.server.connectionClosed()
         context.fireChannelInactive()
     }
@@ -342,7 +346,17 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
             context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
             return
         }
+        self.endResponse()
+        self.responseKey = key
+        self.server.responseStarted(forKey: key)
         self.sendBody(context: context, plan: plan, position: start, sent: 0)
+    }
+
+    /// The `/file` response in flight ended (sent, cut or its connection gone).
+    private func endResponse() {
+        guard let key = self.responseKey else { return }
+        self.responseKey = nil
+        self.server.responseEnded(forKey: key)
     }
 
     private static let chunkSize: Int64 = 64 * 1024
@@ -351,6 +365,7 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
         guard self.isActive else { return }
         if let stopAfter = plan.stopAfter, sent >= stopAfter {
             if plan.stall { return }  // hold the connection open, send nothing more
+            self.endResponse()
             if plan.stopByReset, let provider = context.channel as? any SocketOptionProvider {
                 // SO_LINGER 0 turns close() into a TCP reset, as a crashed server or middlebox sends.
                 let closing = provider.setSoLinger(linger(l_onoff: 1, l_linger: 0))
@@ -368,6 +383,7 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
             return
         }
         if position >= plan.end {
+            self.endResponse()
             if plan.closeAtEnd {
                 context.close(promise: nil)
             } else {

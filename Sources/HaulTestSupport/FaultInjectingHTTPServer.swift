@@ -66,6 +66,8 @@ public final class FaultInjectingHTTPServer: Sendable {
         var peakOpenConnections = 0
         var versions: [String: Int] = [:]
         var openGates: Set<String> = []
+        var activeResponsesPerKey: [String: Int] = [:]
+        var peakActiveResponsesPerKey: [String: Int] = [:]
     }
 
     let state = Mutex(Counters())
@@ -152,6 +154,24 @@ public final class FaultInjectingHTTPServer: Sendable {
     public func openGate(_ gate: String) { self.state.withLock { _ = $0.openGates.insert(gate) } }
 
     func isGateOpen(_ gate: String) -> Bool { self.state.withLock { $0.openGates.contains(gate) } }
+
+    /// The most `/file` responses of `key` that were being sent at once (a download fetched by
+    /// two clients at the same time shows 2).
+    public func peakActiveResponses(forKey key: String) -> Int { self.state.withLock { $0.peakActiveResponsesPerKey[key] ?? 0 } }
+
+    /// ``peakActiveResponses(forKey:)`` of every key.
+    public var peakActiveResponsesPerKey: [String: Int] { self.state.withLock { $0.peakActiveResponsesPerKey } }
+
+    func responseStarted(forKey key: String) {
+        self.state.withLock { state in
+            state.activeResponsesPerKey[key, default: 0] += 1
+            state.peakActiveResponsesPerKey[key] = max(state.peakActiveResponsesPerKey[key] ?? 0, state.activeResponsesPerKey[key]!)
+        }
+    }
+
+    func responseEnded(forKey key: String) {
+        self.state.withLock { $0.activeResponsesPerKey[key, default: 1] -= 1 }
+    }
 
     /// The most connections that were open at once.
     public var peakOpenConnections: Int { self.state.withLock { $0.peakOpenConnections } }

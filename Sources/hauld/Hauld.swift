@@ -54,6 +54,12 @@ struct Hauld: AsyncParsableCommand {
     )
     var store: String?
 
+    @Option(help: "This daemon's name in a fleet sharing a PostgreSQL queue (default HOST-PID). Unique per daemon; restarted under the same name, it takes its own downloads back at once.")
+    var name: String?
+
+    @Option(help: "Seconds a lease on a download of a shared queue lasts unless renewed; a dead daemon's downloads are taken over after it.")
+    var leaseSeconds: Double = 15
+
     @Flag(help: "Log every task start.")
     var verbose = false
 
@@ -63,9 +69,23 @@ struct Hauld: AsyncParsableCommand {
         if let runtimeDir { paths.runtimeDirectory = URL(fileURLWithPath: runtimeDir, isDirectory: true) }
         var logger = Logger(label: "hauld")
         logger.logLevel = self.verbose ? .debug : .info
+        guard self.leaseSeconds >= 1, self.leaseSeconds <= 3600 else {
+            FileHandle.standardError.write(Data("hauld: --lease-seconds must be from 1 to 3600\n".utf8))
+            throw ExitCode(1)
+        }
+        var queueConfiguration = DownloadQueue.Configuration(defaultDirectory: DownloadQueue.defaultDownloadDirectory())
+        if let name = self.name {
+            guard !name.isEmpty, !name.contains(" "), name.count <= 100 else {
+                FileHandle.standardError.write(Data("hauld: --name must be 1 to 100 characters without spaces\n".utf8))
+                throw ExitCode(1)
+            }
+            queueConfiguration.daemonName = name
+        }
+        queueConfiguration.leaseSeconds = self.leaseSeconds
         let service = DaemonService(
             paths: paths,
             maximumConcurrentTransfers: self.maximumTransfers,
+            queueConfiguration: queueConfiguration,
             webPort: self.noWeb ? nil : self.webPort,
             rpc: self.enableRPC
                 ? Aria2RPCServer.Configuration(port: self.rpcListenPort, listenAll: self.rpcListenAll, secret: self.rpcSecret)

@@ -36,6 +36,7 @@ enum QueueFormatting {
         let speed = download.state == .active ? download.speed.map { ByteCountFormatting.rate(bytesPerSecond: $0) } ?? "-" : "-"
         let eta = download.state == .active ? download.secondsRemaining.map { ByteCountFormatting.duration(seconds: $0) } ?? "-" : "-"
         var name = download.fileName ?? download.urls.first?.absoluteString ?? ""
+        if let runner = download.runner, download.state == .active { name += "  [\(runner)]" }
         if let message = download.errorMessage { name += "  (\(message))" }
         return [
             "\(download.id)", download.state.rawValue, percent,
@@ -82,6 +83,7 @@ enum QueueFormatting {
         if let path = download.path { lines.append((download.state == .complete ? "file" : "partial file", path)) }
         let total = download.totalBytes.map(ByteCountFormatting.bytes) ?? "unknown"
         lines.append(("progress", "\(ByteCountFormatting.bytes(download.bytesDone)) of \(total)" + (download.fraction.map { " (\(Int($0 * 100))%)" } ?? "")))
+        if let runner = download.runner { lines.append(("daemon", runner)) }
         if let speed = download.speed { lines.append(("speed", ByteCountFormatting.rate(bytesPerSecond: speed))) }
         if let connections = download.connections { lines.append(("connections", String(connections))) }
         if let maximum = download.maximumConnections { lines.append(("max connections", String(maximum))) }
@@ -101,6 +103,22 @@ enum QueueFormatting {
         if let finished = download.finishedAt { lines.append(("finished", self.time(finished))) }
         if let error = download.errorMessage { lines.append(("error", error)) }
         return lines.map { "\($0.0):" + String(repeating: " ", count: max(1, 14 - $0.0.count)) + $0.1 }.joined(separator: "\n")
+    }
+
+    /// `haul daemon status`: the daemons sharing the queue and the downloads each runs.
+    static func fleet(_ fleet: [DaemonPresence], this name: String?, store: String?) -> String {
+        var lines: [String] = []
+        if let store { lines.append("store: \(store)") }
+        lines.append("daemons (\(fleet.count))")
+        let widths = [24, 9, 21, 21]
+        lines.append(self.row(["NAME", "PID", "STARTED", "SEEN", "DOWNLOADS"], widths: widths))
+        for member in fleet {
+            let shown = member.name == name ? "\(member.name) *" : member.name
+            var downloads = member.downloads.isEmpty ? "-" : "\(member.downloads.count): " + member.downloads.prefix(20).map(String.init).joined(separator: " ")
+            if member.downloads.count > 20 { downloads += " …" }
+            lines.append(self.row([shown, "\(member.pid)", self.time(member.startedAt), self.time(member.seenAt), downloads], widths: widths))
+        }
+        return lines.joined(separator: "\n")
     }
 
     static func settings(_ settings: QueueSettings) -> String {

@@ -67,6 +67,10 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
     /// With `rpcInfo`: the aria2 RPC's endpoint and its secret (`nil`: none required).
     public var rpcURL: String?
     public var rpcSecret: String?
+    /// With `fleetStatus`: the daemons sharing the queue, this daemon's name and its store.
+    public var fleet: [DaemonPresence]?
+    public var daemonName: String?
+    public var store: String?
     /// The daemon's side of a long `downloads`: a JSON array written from ``DownloadRecord``s,
     /// sent as `downloads` (see ``DaemonServerLine/encoded()``). Never decoded.
     public var encodedDownloads: [UInt8]?
@@ -78,7 +82,7 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
 
     enum CodingKeys: String, CodingKey {
         case id, error, taskID, tasks, resumeData, processID, download, downloads, settings, count, total, webURL
-        case rpcURL, rpcSecret
+        case rpcURL, rpcSecret, fleet, daemonName, store
     }
 }
 

@@ -76,13 +76,15 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         case webUI
         /// The aria2 RPC's endpoint and secret (`rpcURL`, `rpcSecret`).
         case rpcInfo
+        /// The daemons sharing this daemon's queue and what each runs (`haul daemon status`).
+        case fleetStatus
     }
 
     /// The method names of the wire format, one per ``Command`` case.
     public enum Method: String, Codable, Sendable, Hashable, CaseIterable {
         case attach, createDownload, createUpload, resume, suspend, cancel, acknowledge, listTasks, ping
         case queueAdd, queueList, queueGet, queuePause, queueResume, queueCancel, queueRemove, queuePurge
-        case queueSetURL, queueSettings, queueSetSpeedLimit, queueSubscribe, webUI, rpcInfo
+        case queueSetURL, queueSettings, queueSetSpeedLimit, queueSubscribe, webUI, rpcInfo, fleetStatus
     }
 
     /// The method of ``command``.
@@ -424,6 +426,7 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         case .queueSubscribe: self.command = .queueSubscribe
         case .webUI: self.command = .webUI
         case .rpcInfo: self.command = .rpcInfo
+        case .fleetStatus: self.command = .fleetStatus
         }
     }
 
@@ -447,7 +450,7 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         case .queueSetURL(let payload): try payload.encode(to: encoder)
         case .queueSettings(let payload): try payload?.encode(to: encoder)
         case .queueSetSpeedLimit(let payload): try payload.encode(to: encoder)
-        case .ping, .queuePurge, .queueSubscribe, .webUI, .rpcInfo: break
+        case .ping, .queuePurge, .queueSubscribe, .webUI, .rpcInfo, .fleetStatus: break
         }
     }
 }
@@ -479,6 +482,7 @@ extension DaemonRequest.Command {
         case .queueSubscribe: .queueSubscribe
         case .webUI: .webUI
         case .rpcInfo: .rpcInfo
+        case .fleetStatus: .fleetStatus
         }
     }
 }

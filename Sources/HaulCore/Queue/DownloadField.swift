@@ -24,6 +24,7 @@ public enum DownloadField: String, Codable, Sendable, Hashable, CaseIterable {
     case connections
     case maximumConnections
     case segments
+    case runner
     case createdAt
     case startedAt
     case finishedAt

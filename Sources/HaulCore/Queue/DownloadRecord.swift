@@ -84,6 +84,7 @@ public struct DownloadRecord: Sendable, Hashable {
                 writer.append(UInt8(ascii: "]"))
             }
         }
+        if let runner = info.runner { member(.runner) { $0.append(string: runner) } }
         member(.createdAt) { $0.append(date: info.createdAt) }
         if let startedAt = info.startedAt { member(.startedAt) { $0.append(date: startedAt) } }
         if let finishedAt = info.finishedAt { member(.finishedAt) { $0.append(date: finishedAt) } }
@@ -146,9 +147,10 @@ public struct DownloadRecord: Sendable, Hashable {
         case .connections: 19
         case .maximumConnections: 20
         case .segments: 21
-        case .createdAt: 22
-        case .startedAt: 23
-        case .finishedAt: 24
+        case .runner: 22
+        case .createdAt: 23
+        case .startedAt: 24
+        case .finishedAt: 25
         }
     }
 

@@ -140,6 +140,11 @@ enum DaemonRequestHandler {
                 try await QueueRequestHandler.handle(request.command, queue: queue, connection: connection, into: &response)
             case .ping, .webUI, .rpcInfo:
                 response.processID = getpid()
+            case .fleetStatus:
+                response.processID = getpid()
+                response.fleet = queue.fleet()
+                response.daemonName = queue.configuration.daemonName
+                response.store = queue.store.storeDescription
             case .attach(let attach):
                 if let version = attach.protocolVersion, version != DaemonProtocol.version {
                     throw DaemonError("protocol version \(version) is not supported (daemon speaks \(DaemonProtocol.version))")

@@ -1,0 +1,207 @@
+import Foundation
+import HaulCore
+import HaulTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Several `hauld` processes on one queue in PostgreSQL (a private cluster on 127.0.0.1),
+/// downloading from the fault-injecting server into one shared directory.
+@Suite("A fleet of hauld on one PostgreSQL queue", .serialized)
+struct FleetTests {
+    /// Daemons started on the cluster's database, each with its own data directory.
+    struct Fleet {
+        let cluster: LoopbackPostgres
+        let url: String
+        var daemons: [String: DaemonProcess] = [:]
+
+        static func make() throws -> Fleet {
+            let cluster = try LoopbackPostgres.start()
+            do {
+                try cluster.createDatabase("fleet")
+            } catch {
+                cluster.stop()
+                throw error
+            }
+            return Fleet(cluster: cluster, url: cluster.url(database: "fleet"))
+        }
+
+        /// Starts daemon `name`; `store` replaces the database URL (a proxy's port).
+        mutating func start(_ name: String, lease: Double, maximumTransfers: Int, store: String? = nil) async throws {
+            let daemon = try DaemonProcess()
+            try await daemon.start(extraArguments: [
+                "--no-web", "--store", store ?? self.url, "--name", name, "--lease-seconds", "\(lease)",
+                "--maximum-transfers", "\(maximumTransfers)",
+            ])
+            self.daemons[name] = daemon
+        }
+
+        func log(_ name: String) -> String {
+            let path = self.daemons[name]!.dataDirectory.deletingLastPathComponent().appendingPathComponent("hauld.log").path
+            return (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        }
+
+        func request(_ name: String, _ command: DaemonRequest.Command) async throws -> DaemonResponse {
+            let client = try DaemonTestClient(socketPath: self.daemons[name]!.socketPath)
+            defer { client.close() }
+            let response = try await client.request(DaemonRequest(command))
+            if let error = response.error { throw DaemonTestError("\(name): \(error)") }
+            return response
+        }
+
+        func downloads(_ name: String) async throws -> [QueuedDownloadInfo] {
+            try await self.request(name, .queueList(QueuePage())).downloads ?? []
+        }
+
+        func stop() async {
+            for daemon in self.daemons.values {
+                _ = await daemon.terminate()
+                daemon.cleanUp()
+            }
+            self.cluster.stop()
+        }
+    }
+
+    /// Polls `body` until it answers non-nil (or the time is up).
+    static func poll<T>(timeout: Duration = .seconds(60), _ body: () async throws -> T?) async -> T? {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let value = try? await body() { return value }
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+        return nil
+    }
+
+    static func key(_ number: Int) -> String { "fleet\(number).bin" }
+
+    static func listing(_ directory: URL) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).sorted()
+    }
+
+    @Test("Three daemons, 60 downloads: each completes once with the server's bytes, never fetched by two daemons at once; a daemon killed mid-run has its downloads finished by the others")
+    func threeDaemons() async throws {
+        var fleet = try Fleet.make()
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let size: Int64 = 1 << 20
+        for name in ["d0", "d1", "d2"] { try await fleet.start(name, lease: 2, maximumTransfers: 4) }
+        // The host budget is the fleet's: 12 connections for the three daemons together.
+        _ = try await fleet.request("d0", .queueSettings(.init(settingKey: "max-per-host", settingValue: "12")))
+        let requests = (0..<60).map { number in
+            NewDownload(
+                urls: [server.url("/file/\(Self.key(number))?size=\(size)&seed=\(1000 + number)&rate=500000")],
+                directory: directory.path, connections: 1
+            )
+        }
+        _ = try await fleet.request("d1", .queueAdd(.batch(requests)))
+
+        // Every daemon takes a share; then d0 dies holding some.
+        let shares = await Self.poll { () -> [DaemonPresence]? in
+            let members = try await fleet.request("d2", .fleetStatus).fleet ?? []
+            return members.count == 3 && members.allSatisfy({ !$0.downloads.isEmpty }) ? members : nil
+        }
+        let held = try #require(shares?.first { $0.name == "d0" }?.downloads, "all three daemons run downloads")
+        #expect(held.count <= 4, "max-concurrent is per daemon")
+        // After a checkpoint (every half second): more than 600 kB of each at 500 kB/s.
+        #expect(await waitUntil { held.allSatisfy { server.bodyBytesSent(forKey: Self.key(Int($0) - 1)) > 600_000 } })
+        await fleet.daemons["d0"]!.kill9()
+        let killedAt = ContinuousClock.now
+
+        let finished = await Self.poll(timeout: .seconds(120)) { () -> [QueuedDownloadInfo]? in
+            let all = try await fleet.downloads("d1")
+            return all.count == 60 && all.allSatisfy({ $0.state == .complete }) ? all : nil
+        }
+        let unfinished = finished == nil ? ((try? await fleet.downloads("d1")) ?? []).filter { $0.state != .complete }.map { "\($0.id) \($0.state.rawValue) \($0.errorMessage ?? "")" } : []
+        let downloads = try #require(finished, "all 60 complete; not: \(unfinished)")
+        let takeover = ContinuousClock.now - killedAt
+
+        // Exactly once: one file per download, the server's bytes, nothing else left behind.
+        #expect(Self.listing(directory).count == 60, "\(Self.listing(directory))")
+        for (number, download) in downloads.sorted(by: { $0.id < $1.id }).enumerated() {
+            let path = try #require(download.path)
+            #expect((path as NSString).lastPathComponent == Self.key(number))
+            #expect(try TestContent.sha256Hex(ofFileAt: path) == TestContent.sha256Hex(size: size, seed: UInt64(1000 + number)))
+        }
+        // Never two daemons on one download at the same time (the server counts responses in
+        // flight per file); bytes fetched twice only for d0's downloads, after its last checkpoint.
+        let peaks = server.peakActiveResponsesPerKey
+        #expect(peaks.values.allSatisfy { $0 == 1 }, "\(peaks.filter { $0.value > 1 })")
+        var again: Int64 = 0
+        for number in 0..<60 {
+            let sent = server.bodyBytesSent(forKey: Self.key(number))
+            if held.contains(Int64(number + 1)) {
+                again += sent - size
+                #expect(sent <= size + 600_000, "download \(number + 1): \(sent) bytes sent")
+            } else {
+                #expect(sent == size, "download \(number + 1) was fetched once: \(sent) bytes sent")
+            }
+        }
+        let survivors = fleet.log("d1") + fleet.log("d2")
+        #expect(survivors.contains("taken over from d0: continuing at"), "the shared partial files were continued")
+        let status = try await fleet.request("d1", .fleetStatus).fleet ?? []
+        #expect(status.map(\.name) == ["d1", "d2"], "d0 is gone from the fleet")
+        print("fleet: 60 × 1 MiB on 3 daemons, d0 killed holding \(held.count); \(again) bytes fetched again; all done \(takeover) after the kill (lease 2 s)")
+        await fleet.stop()
+        try await server.shutdown()
+    }
+
+    @Test("A daemon cut off from PostgreSQL stops writing before its leases expire; another takes its downloads over; back, it does not resume them")
+    func partition() async throws {
+        var fleet = try Fleet.make()
+        let server = try await FaultInjectingHTTPServer.start()
+        let proxy = try await LoopbackPartitionProxy.start(targetPort: fleet.cluster.port)
+        let directory = try makeTemporaryDirectory()
+        let size: Int64 = 3 << 20
+        let cutOff = fleet.url.replacingOccurrences(of: ":\(fleet.cluster.port)/", with: ":\(proxy.port)/")
+        try await fleet.start("cut", lease: 3, maximumTransfers: 3, store: cutOff)
+        _ = try await fleet.request("cut", .queueSettings(.init(settingKey: "max-per-host", settingValue: "12")))
+        let requests = (0..<6).map { number in
+            NewDownload(
+                urls: [server.url("/file/part\(number).bin?size=\(size)&seed=\(2000 + number)&rate=700000")],
+                directory: directory.path, connections: 1
+            )
+        }
+        _ = try await fleet.request("cut", .queueAdd(.batch(requests)))
+        let held = await Self.poll { () -> [Int64]? in
+            let mine = try await fleet.request("cut", .fleetStatus).fleet?.first?.downloads ?? []
+            return mine.count == 3 ? mine : nil
+        }
+        let cutHeld = try #require(held)
+        try await fleet.start("whole", lease: 3, maximumTransfers: 6)
+        #expect(await waitUntil { cutHeld.allSatisfy { server.bodyBytesSent(forKey: "part\($0 - 1).bin") > 300_000 } })
+
+        proxy.partition()
+        let partitionedAt = ContinuousClock.now
+        // The cut-off daemon fences itself; the other takes the downloads over.
+        #expect(await waitUntil(timeout: .seconds(20)) { fleet.log("cut").contains("stopped: its lease could not be renewed") })
+        let fencedAfter = ContinuousClock.now - partitionedAt
+        #expect(await waitUntil(timeout: .seconds(30)) { fleet.log("whole").contains("taken over from cut") })
+        let finished = await Self.poll(timeout: .seconds(60)) { () -> [QueuedDownloadInfo]? in
+            let all = try await fleet.downloads("whole")
+            return all.count == 6 && all.allSatisfy({ $0.state == .complete }) ? all : nil
+        }
+        let downloads = try #require(finished)
+        proxy.heal()
+        // Back: it hears that the downloads are done and holds nothing.
+        let back = await Self.poll(timeout: .seconds(30)) { () -> [DaemonPresence]? in
+            let members = try await fleet.request("cut", .fleetStatus).fleet ?? []
+            return members.count == 2 ? members : nil
+        }
+        #expect(back?.first { $0.name == "cut" }?.downloads == [])
+        try await Task.sleep(for: .seconds(1))
+
+        #expect(Self.listing(directory).count == 6, "\(Self.listing(directory))")
+        for (number, download) in downloads.sorted(by: { $0.id < $1.id }).enumerated() {
+            #expect(try TestContent.sha256Hex(ofFileAt: try #require(download.path)) == TestContent.sha256Hex(size: size, seed: UInt64(2000 + number)))
+        }
+        let peaks = server.peakActiveResponsesPerKey
+        #expect(peaks.values.allSatisfy { $0 == 1 }, "never two daemons at once: \(peaks)")
+        #expect(fencedAfter < .seconds(3), "stopped within the lease (\(fencedAfter))")
+        #expect(try await fleet.downloads("cut").allSatisfy { $0.state == .complete }, "the daemon that was cut off sees the others' work")
+        print("partition: fenced \(fencedAfter) after the cut (lease 3 s)")
+        await fleet.stop()
+        try await proxy.shutdown()
+        try await server.shutdown()
+    }
+}
