@@ -71,6 +71,8 @@ public final class FaultInjectingHTTPServer: Sendable {
     }
 
     let state = Mutex(Counters())
+    /// The TLS context new connections get (``replaceTLS(_:)`` changes it).
+    let tlsContext = Mutex<NIOSSLContext?>(nil)
     private let channel: any Channel
     /// The TCP port the server listens on (on 127.0.0.1).
     public let port: Int
@@ -87,20 +89,23 @@ public final class FaultInjectingHTTPServer: Sendable {
     /// Starts a server on 127.0.0.1.
     ///
     /// - Parameters:
-    ///   - port: the port, or 0 for any free one.
+    ///   - port: the port, or 0 for any free one (a ``RefusingPort``'s port, to start a server
+    ///     where connections were refused until now).
     ///   - tls: a server TLS configuration to speak HTTPS (see ``TestCertificates``).
     public static func start(port: Int = 0, tls: TLSConfiguration? = nil) async throws -> FaultInjectingHTTPServer {
         let box = Mutex<FaultInjectingHTTPServer?>(nil)
-        let sslContext = try tls.map { try NIOSSLContext(configuration: $0) }
+        let initialContext = try tls.map { try NIOSSLContext(configuration: $0) }
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            // A port given by the test may be held by its ``RefusingPort`` (bound, not listening).
+            .serverChannelOption(.socketOption(NIOBSDSocket.Option(rawValue: SO_REUSEPORT)), value: port == 0 ? 0 : 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let server = box.withLock { $0 }!
                     let sync = channel.pipeline.syncOperations
-                    if let sslContext { try sync.addHandler(NIOSSLServerHandler(context: sslContext)) }
+                    if let sslContext = server.tlsContext.withLock({ $0 }) { try sync.addHandler(NIOSSLServerHandler(context: sslContext)) }
                     try sync.configureHTTPServerPipeline(withErrorHandling: true)
                     try sync.addHandler(
                         HTTPResponseCompressor(responseCompressionPredicate: { head, _ in
@@ -117,6 +122,7 @@ public final class FaultInjectingHTTPServer: Sendable {
             .bind(host: "127.0.0.1", port: port)
             .get()
         let server = FaultInjectingHTTPServer(channel: channel, scheme: tls == nil ? "http" : "https")
+        server.tlsContext.withLock { $0 = initialContext }
         box.withLock { $0 = server }
         return server
     }
@@ -124,6 +130,13 @@ public final class FaultInjectingHTTPServer: Sendable {
     /// `http://127.0.0.1:PORT` (or `https://`) followed by `pathAndQuery`.
     public func url(_ pathAndQuery: String) -> URL {
         URL(string: "\(self.scheme)://127.0.0.1:\(self.port)\(pathAndQuery)")!
+    }
+
+    /// Connections accepted from now on present `tls`'s identity (an HTTPS server that changed
+    /// its certificate, on the same port).
+    public func replaceTLS(_ tls: TLSConfiguration) throws {
+        let context = try NIOSSLContext(configuration: tls)
+        self.tlsContext.withLock { $0 = context }
     }
 
     /// Stops listening and closes the listening socket.

@@ -94,6 +94,7 @@ struct DaemonRequestTests {
             .queueSubscribe,
             .webUI,
             .rpcInfo,
+            .fleetStatus,
         ]
         #expect(Set(commands.map(\.method)) == Set(DaemonRequest.Method.allCases), "every method is covered")
         for (index, command) in commands.enumerated() {

@@ -75,6 +75,18 @@ struct FleetTests {
 
     static func key(_ number: Int) -> String { "fleet\(number).bin" }
 
+    /// The downloads a daemon's log says it took over from another.
+    static func takenOver(in log: String) -> Set<Int64> {
+        var ids = Set<Int64>()
+        for line in log.split(separator: "\n") {
+            guard let range = line.range(of: "] download ") else { continue }
+            let rest = line[range.upperBound...]
+            let parts = rest.split(separator: " ", maxSplits: 3)
+            if parts.count >= 3, parts[1] == "taken", parts[2] == "over", let id = Int64(parts[0]) { ids.insert(id) }
+        }
+        return ids
+    }
+
     static func listing(_ directory: URL) -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).sorted()
     }
@@ -124,20 +136,23 @@ struct FleetTests {
             #expect(try TestContent.sha256Hex(ofFileAt: path) == TestContent.sha256Hex(size: size, seed: UInt64(1000 + number)))
         }
         // Never two daemons on one download at the same time (the server counts responses in
-        // flight per file); bytes fetched twice only for d0's downloads, after its last checkpoint.
+        // flight per file); bytes fetched twice only for downloads taken over (d0's, or one a
+        // starved daemon fenced), after their last checkpoint.
         let peaks = server.peakActiveResponsesPerKey
         #expect(peaks.values.allSatisfy { $0 == 1 }, "\(peaks.filter { $0.value > 1 })")
+        let survivors = fleet.log("d1") + fleet.log("d2")
+        let takenOver = Self.takenOver(in: survivors)
+        #expect(!takenOver.isEmpty && held.contains { takenOver.contains($0) }, "d0's downloads were taken over")
         var again: Int64 = 0
         for number in 0..<60 {
             let sent = server.bodyBytesSent(forKey: Self.key(number))
-            if held.contains(Int64(number + 1)) {
+            if takenOver.contains(Int64(number + 1)) {
                 again += sent - size
                 #expect(sent <= size + 600_000, "download \(number + 1): \(sent) bytes sent")
             } else {
                 #expect(sent == size, "download \(number + 1) was fetched once: \(sent) bytes sent")
             }
         }
-        let survivors = fleet.log("d1") + fleet.log("d2")
         #expect(survivors.contains("taken over from d0: continuing at"), "the shared partial files were continued")
         let status = try await fleet.request("d1", .fleetStatus).fleet ?? []
         #expect(status.map(\.name) == ["d1", "d2"], "d0 is gone from the fleet")

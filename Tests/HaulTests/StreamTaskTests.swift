@@ -201,9 +201,9 @@ struct StreamTaskTests {
 
     @Test("A refused connection completes the task with cannotConnectToHost and fails its pending reads")
     func refused() async throws {
-        let server = try await LoopbackLineServer.start()
-        let port = server.port
-        try await server.shutdown()
+        let refusing = try RefusingPort()
+        let port = refusing.port
+        defer { withExtendedLifetime(refusing) {} }
         let delegate = StreamEventsDelegate()
         let session = self.session(delegate)
         defer { session.finishTasksAndInvalidate() }

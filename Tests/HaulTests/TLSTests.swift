@@ -145,25 +145,25 @@ struct TLSTests {
         defer { certificates.remove() }
         let original = try certificates.selfSigned(name: "original")
         let replacement = try certificates.selfSigned(name: "replacement")
-        let first = try await FaultInjectingHTTPServer.start(tls: try TestCertificates.serverConfiguration(original))
-        let port = first.port
+        let server = try await FaultInjectingHTTPServer.start(tls: try TestCertificates.serverConfiguration(original))
         let delegate = PinningDelegate(pin: try original.sha256())
         let session = self.session(delegate)
         defer { session.finishTasksAndInvalidate() }
-        var request = URLRequest(url: first.url("/file/a?size=1000"))
+        var request = URLRequest(url: server.url("/file/a?size=1000"))
         request.setValue("close", forHTTPHeaderField: "Connection")  // no pooled connection survives
         _ = try await session.data(for: request)
-        try await first.shutdown()
-        try await Task.sleep(for: .milliseconds(100))
 
-        let second = try await FaultInjectingHTTPServer.start(port: port, tls: try TestCertificates.serverConfiguration(replacement))
+        // The same port now presents another certificate (the listener stays: no other
+        // test's socket can take the port in between).
+        try server.replaceTLS(try TestCertificates.serverConfiguration(replacement))
+        let before = server.requests.count
         let error = await #expect(throws: URLError.self) {
-            _ = try await session.data(from: second.url("/file/other?size=1000"))
+            _ = try await session.data(from: server.url("/file/other?size=1000"))
         }
         #expect(error?.code == .serverCertificateUntrusted, "\(String(describing: error))")
-        #expect(second.requests.isEmpty)
+        #expect(server.requests.count == before)
         #expect(delegate.shown.withLock { $0.count } == 1, "the decision for this server was already made")
-        try await second.shutdown()
+        try await server.shutdown()
     }
 
     @Test("Through an HTTPS proxy the delegate judges the origin's chain too (the probe tunnels with CONNECT)")
@@ -204,9 +204,9 @@ struct TLSTests {
     func serverDownThenUp() async throws {
         defer { certificates.remove() }
         let identity = try certificates.selfSigned(name: "late")
-        let placeholder = try await FaultInjectingHTTPServer.start()
-        let port = placeholder.port
-        try await placeholder.shutdown()
+        let refusing = try RefusingPort()
+        let port = refusing.port
+        defer { withExtendedLifetime(refusing) {} }
         let delegate = PinningDelegate(pin: try identity.sha256())
         let session = self.session(delegate)
         defer { session.finishTasksAndInvalidate() }
