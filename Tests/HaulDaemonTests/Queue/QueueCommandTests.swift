@@ -190,7 +190,9 @@ struct QueueCommandTests {
         #expect(waited.status == 0, "\(waited.standardOutput) \(waited.standardError)")
         #expect(try TestContent.sha256Hex(ofFileAt: target.appendingPathComponent("p.bin").path) == TestContent.sha256Hex(size: size, seed: 95))
         let after = server.bodyBytesSent(forKey: "p.bin") - sentBefore
-        #expect(after <= size - paused.bytesDone + (1 << 20), "after the resume \(after) bytes for \(size - paused.bytesDone) missing")
+        // Beyond the missing bytes, only end-game copies of remainders too small to split
+        // (under two 1 MiB segments; more of them on a loaded machine).
+        #expect(after <= size - paused.bytesDone + (2 << 20), "after the resume \(after) bytes for \(size - paused.bytesDone) missing")
         #expect(server.requests.last?.uri.contains("signed=2") == true)
         _ = await daemon.terminate()
         try await server.shutdown()
