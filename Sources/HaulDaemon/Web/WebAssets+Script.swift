@@ -208,7 +208,9 @@ extension WebAssets {
     row.querySelector(".eta").textContent = active && d.secondsRemaining != null ? "ETA " + duration(d.secondsRemaining) : "";
     row.querySelector(".limit").textContent = d.speedLimit ? "≤ " + size(d.speedLimit) + "/s" : "";
     // A download that is running again shows no old error.
-    row.querySelector(".message").textContent = d.state === "complete" || active ? "" : (d.errorMessage || "");
+    // In a fleet, a running download says which daemon runs it.
+    row.querySelector(".message").textContent = d.state === "complete" ? "" :
+      active ? (d.runner ? "on " + d.runner : "") : (d.errorMessage || "");
     if (d.state === "complete") row.querySelector(".line2 .eta").textContent = d.path || "";
     row.querySelector(".pause").hidden = !(d.state === "waiting" || d.state === "active");
     row.querySelector(".resume").hidden = !(d.state === "paused" || d.state === "error");
