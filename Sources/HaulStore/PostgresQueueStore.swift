@@ -311,8 +311,14 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         return try Self.decode(row)
     }
 
-    /// Writes the row's fields; with `releasing`, its lease goes too. Announced.
-    private func save(_ connection: PostgresConnection, _ download: StoredDownload, releasing: Bool = false) throws {
+    /// Batches larger than this are announced as one `r` (read everything again) instead of a
+    /// notification per download: a listener then reads the list once, in pages, instead of
+    /// each row on its own.
+    static let largestAnnouncedBatch = 50
+
+    /// Writes the row's fields; with `releasing`, its lease goes too. Announced unless
+    /// `announce` is false (the caller announces the batch).
+    private func save(_ connection: PostgresConnection, _ download: StoredDownload, releasing: Bool = false, announce: Bool = true) throws {
         guard let id = download.id else { throw StoreError("a download without an id cannot be updated") }
         let data = try Self.encode(download)
         let state = download.state.rawValue
@@ -324,7 +330,16 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         } else {
             try self.run(connection, "UPDATE haul_queued_download SET gid = \(download.gid), state = \(state), data = \(data) WHERE id = \(id)")
         }
-        try self.announce(connection, "d \(id)")
+        if announce { try self.announce(connection, "d \(id)") }
+    }
+
+    /// Announces changes of `ids`: one by one, or as one `r` for a large batch.
+    private func announce(_ connection: PostgresConnection, ids: [Int64]) throws {
+        if ids.count > Self.largestAnnouncedBatch {
+            try self.announce(connection, "r")
+        } else {
+            for id in ids { try self.announce(connection, "d \(id)") }
+        }
     }
 
     // MARK: - QueueStore
@@ -377,9 +392,10 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
             var changed: [StoredDownload] = []
             for id in ids {
                 guard var download = try self.fetch(connection, id: id, lock: .update)?.download, try change(&download) else { continue }
-                try self.save(connection, download)
+                try self.save(connection, download, announce: false)
                 changed.append(download)
             }
+            try self.announce(connection, ids: changed.compactMap(\.id))
             return changed
         }
     }
@@ -387,7 +403,7 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     public func insert(_ downloads: [StoredDownload]) throws -> [StoredDownload] {
         guard !downloads.isEmpty else { return [] }
         return try self.transaction(self.general) { connection in
-            try downloads.map { download in
+            let inserted = try downloads.map { download in
                 var download = download
                 if download.gid.isEmpty { download.gid = DownloadGID.random() }
                 download.id = nil
@@ -396,9 +412,10 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
                 let rows = try self.run(connection, "INSERT INTO haul_queued_download (gid, state, data) VALUES (\(download.gid), \(state), \(data)) RETURNING id").rows
                 guard let row = rows.first else { throw StoreError("the store returned no id for a new download") }
                 download.id = try row.decode(Int64.self)
-                try self.announce(connection, "d \(download.id!)")
                 return download
             }
+            try self.announce(connection, ids: inserted.compactMap(\.id))
+            return inserted
         }
     }
 

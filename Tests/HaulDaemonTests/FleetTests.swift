@@ -114,6 +114,14 @@ struct FleetTests {
             return members.count == 3 && members.allSatisfy({ !$0.downloads.isEmpty }) ? members : nil
         }
         let held = try #require(shares?.first { $0.name == "d0" }?.downloads, "all three daemons run downloads")
+        // Any door shows the fleet: the CLI of d2 lists the daemons and who runs what.
+        let cli = HaulCLI(daemon: fleet.daemons["d2"]!)
+        let status = try await cli.run(["daemon", "status"])
+        #expect(status.status == 0, "\(status.standardError)")
+        #expect(status.standardOutput.contains("daemons (3)") && status.standardOutput.contains("d2 *"), "\(status.standardOutput)")
+        #expect(status.standardOutput.contains("store: postgres://"))
+        let listed = try await cli.run(["ls"])
+        #expect(listed.standardOutput.contains("[d0]") && listed.standardOutput.contains("[d1]"), "\(listed.standardOutput)")
         #expect(held.count <= 4, "max-concurrent is per daemon")
         // After a checkpoint (every half second): more than 600 kB of each at 500 kB/s.
         #expect(await waitUntil { held.allSatisfy { server.bodyBytesSent(forKey: Self.key(Int($0) - 1)) > 600_000 } })
@@ -154,8 +162,8 @@ struct FleetTests {
             }
         }
         #expect(survivors.contains("taken over from d0: continuing at"), "the shared partial files were continued")
-        let status = try await fleet.request("d1", .fleetStatus).fleet ?? []
-        #expect(status.map(\.name) == ["d1", "d2"], "d0 is gone from the fleet")
+        let members = try await fleet.request("d1", .fleetStatus).fleet ?? []
+        #expect(members.map(\.name) == ["d1", "d2"], "d0 is gone from the fleet")
         print("fleet: 60 × 1 MiB on 3 daemons, d0 killed holding \(held.count); \(again) bytes fetched again; all done \(takeover) after the kill (lease 2 s)")
         await fleet.stop()
         try await server.shutdown()
