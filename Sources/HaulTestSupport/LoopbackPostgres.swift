@@ -42,12 +42,34 @@ public final class LoopbackPostgres: @unchecked Sendable {
         let data = directory.appendingPathComponent("data").path
         try Self.run(["\(bin)/initdb", "-D", data, "-U", owner, "-A", "trust", "-E", "UTF8", "--no-sync"], asUser: asRoot ? "postgres" : nil)
         let port = try LoopbackNginx.freePort()
-        let options = "-p \(port) -h 127.0.0.1 -k \(directory.path) -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        let cluster = LoopbackPostgres(directory: directory, port: port, user: owner)
+        try cluster.startServer()
+        return cluster
+    }
+
+    private func startServer() throws {
+        guard let bin = Self.binDirectory else { throw PostgresError("PostgreSQL is not installed") }
+        let options = "-p \(self.port) -h 127.0.0.1 -k \(self.directory.path) -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         try Self.run(
-            ["\(bin)/pg_ctl", "-D", data, "-l", directory.appendingPathComponent("server.log").path, "-o", options, "-w", "-t", "30", "start"],
-            asUser: asRoot ? "postgres" : nil
+            [
+                "\(bin)/pg_ctl", "-D", self.directory.appendingPathComponent("data").path,
+                "-l", self.directory.appendingPathComponent("server.log").path, "-o", options, "-w", "-t", "30", "start",
+            ],
+            asUser: geteuid() == 0 ? "postgres" : nil
         )
-        return LoopbackPostgres(directory: directory, port: port, user: owner)
+    }
+
+    /// Stops the server (every connection is cut), waits `downtime`, and starts it again on the
+    /// same port with the same data: a database that goes away and comes back.
+    public func restart(after downtime: Duration = .zero) throws {
+        guard let bin = Self.binDirectory else { return }
+        try Self.run(
+            ["\(bin)/pg_ctl", "-D", self.directory.appendingPathComponent("data").path, "-m", "fast", "-w", "stop"],
+            asUser: geteuid() == 0 ? "postgres" : nil
+        )
+        let seconds = Double(downtime.components.seconds) + Double(downtime.components.attoseconds) * 1e-18
+        if seconds > 0 { Thread.sleep(forTimeInterval: seconds) }
+        try self.startServer()
     }
 
     /// Creates database `name` (owned by the cluster's user).

@@ -227,4 +227,33 @@ struct FleetTests {
         try await proxy.shutdown()
         try await server.shutdown()
     }
+
+    @Test("PostgreSQL goes away mid-download and comes back: the daemon pauses its work, reconnects and finishes every file exactly")
+    func storeRestart() async throws {
+        var fleet = try Fleet.make()
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let size: Int64 = 3 << 20
+        try await fleet.start("solo", lease: 3, maximumTransfers: 3)
+        let requests = (0..<3).map { number in
+            NewDownload(urls: [server.url("/file/back\(number).bin?size=\(size)&seed=\(3000 + number)&rate=600000")], directory: directory.path, connections: 1)
+        }
+        _ = try await fleet.request("solo", .queueAdd(.batch(requests)))
+        #expect(await waitUntil { (0..<3).allSatisfy { server.bodyBytesSent(forKey: "back\($0).bin") > 400_000 } })
+        let cluster = fleet.cluster
+        try await blocking { Result { try cluster.restart(after: .seconds(3)) } }.get()
+        #expect(await waitUntil(timeout: .seconds(30)) { fleet.log("solo").contains("the store answers again") })
+        let finished = await Self.poll(timeout: .seconds(60)) { () -> [QueuedDownloadInfo]? in
+            let all = try await fleet.downloads("solo")
+            return all.count == 3 && all.allSatisfy({ $0.state == .complete }) ? all : nil
+        }
+        let downloads = try #require(finished, "\(fleet.log("solo").suffix(3000))")
+        for (number, download) in downloads.sorted(by: { $0.id < $1.id }).enumerated() {
+            #expect(try TestContent.sha256Hex(ofFileAt: try #require(download.path)) == TestContent.sha256Hex(size: size, seed: UInt64(3000 + number)))
+        }
+        #expect(Self.listing(directory).count == 3)
+        #expect(server.peakActiveResponsesPerKey.values.allSatisfy { $0 == 1 })
+        await fleet.stop()
+        try await server.shutdown()
+    }
 }
