@@ -212,4 +212,41 @@ struct TransferSchedulerTests {
         #expect(self.started(r18).isEmpty)
         #expect(scheduler.runningCount == 0)
     }
+
+    @Test("Adding and withdrawing in bulk decides as one at a time does; an unchanged entry keeps its place")
+    func bulkMatchesOneByOne() {
+        var rng = SystemRandomNumberGenerator()
+        let hosts = ["a", "b", "c"]
+        // Given best first, so that one at a time starts what the bulk decision starts.
+        let entries: [TransferScheduler.Entry] = (1...400).map { n in
+            self.download(Int64(n), host: hosts[Int(n) % 3], priority: Int.random(in: 0...2, using: &rng),
+                          notBefore: n % 7 == 0 ? 50 : nil)
+        }.sorted { ($0.priority, -$0.id.number) > ($1.priority, -$1.id.number) }
+        let withdrawn = entries.filter { $0.id.number % 5 == 0 }.map(\.id)
+        var one = TransferScheduler(limits: .init(maximumConcurrent: 4, maximumPerHost: 2))
+        var bulk = one
+        for entry in entries { _ = one.add(entry, now: 0) }
+        for id in withdrawn { _ = one.withdraw(id, now: 0) }
+        _ = bulk.add(entries, now: 0)
+        _ = bulk.add(Array(entries.prefix(100)), now: 0)  // again, unchanged: nothing moves
+        _ = bulk.withdraw(withdrawn, now: 0)
+        #expect(Set(one.runningIDs) == Set(bulk.runningIDs))
+        #expect(one.waitingCount == bulk.waitingCount)
+        // The rest starts in the same order, the retries after their time.
+        var orderOne: [TransferID] = []
+        var orderBulk: [TransferID] = []
+        for now in [0.0, 60] {
+            while true {
+                let running = one.runningIDs.sorted { $0.number < $1.number }
+                guard let next = running.first else { break }
+                orderOne += started(one.ended(next, now: now))
+                orderBulk += started(bulk.ended(next, now: now))
+                if one.runningCount == 0 { break }
+            }
+            _ = one.timePassed(now: 60)
+            _ = bulk.timePassed(now: 60)
+        }
+        #expect(orderOne == orderBulk)
+        #expect(!orderOne.isEmpty)
+    }
 }

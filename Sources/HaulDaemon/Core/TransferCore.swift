@@ -123,7 +123,13 @@ public final class TransferCore: Sendable {
     /// Many entries at once (a daemon start, a batch add): one decision.
     func enqueue(_ entries: [TransferScheduler.Entry]) {
         guard !entries.isEmpty else { return }
-        self.decide { scheduler, now in entries.flatMap { scheduler.add($0, now: now) } }
+        self.decide { scheduler, now in scheduler.add(entries, now: now) }
+    }
+
+    /// Many waiting transfers no longer want to run: one decision.
+    func withdraw(_ ids: [TransferID]) {
+        guard !ids.isEmpty else { return }
+        self.decide { scheduler, now in scheduler.withdraw(ids, now: now) }
     }
 
     /// The waiting transfer `id` no longer wants to run.

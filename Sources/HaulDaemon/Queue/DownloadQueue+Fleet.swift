@@ -145,20 +145,25 @@ extension DownloadQueue {
         do {
             switch change {
             case .download(let id):
-                self.refresh(id, row: try self.store.download(id: id))
+                var batch = SchedulerBatch()
+                self.refresh(id, row: try self.store.download(id: id), into: &batch)
+                batch.apply(to: self.core)
             case .settings:
                 guard let settings = try self.store.queueSettings() else { return }
                 self.state.withLock { $0.settings = settings }
                 self.core.setLimits(self.limits(for: settings))
                 self.publish(.settings(settings))
             case .resync:
+                // One scheduler decision for the whole list (100,000 rows are one sort).
                 var seen = Set<Int64>()
+                var batch = SchedulerBatch()
                 try self.store.forEachDownload { row in
                     seen.insert(row.id!)
-                    self.refresh(row.id!, row: row)
+                    self.refresh(row.id!, row: row, into: &batch)
                 }
                 let gone = self.state.withLock { state in state.index.entries.map(\.id).filter { !seen.contains($0) } }
-                for id in gone { self.refresh(id, row: nil) }
+                for id in gone { self.refresh(id, row: nil, into: &batch) }
+                batch.apply(to: self.core)
             }
         } catch {
             self.logger.notice("fleet: cannot read a change of another daemon: \(error)")
@@ -167,7 +172,18 @@ extension DownloadQueue {
 
     /// Brings the index, the scheduler and a run here in line with `row` as another daemon
     /// left it (`nil`: deleted).
-    private func refresh(_ id: Int64, row: StoredDownload?) {
+    /// What a refresh hands the scheduler, given to it in one go.
+    struct SchedulerBatch {
+        var ready: [TransferScheduler.Entry] = []
+        var withdrawn: [TransferID] = []
+
+        func apply(to core: TransferCore) {
+            core.withdraw(self.withdrawn)
+            core.enqueue(self.ready)
+        }
+    }
+
+    private func refresh(_ id: Int64, row: StoredDownload?, into batch: inout SchedulerBatch) {
         let running = self.state.withLock { $0.running[id] }
         guard let row else {
             if running != nil {
@@ -177,7 +193,7 @@ extension DownloadQueue {
                 state.index.remove(id: id)
                 return true
             }) {
-                self.core.withdraw(TransferID(.queue, id))
+                batch.withdrawn.append(TransferID(.queue, id))
                 self.publish(.removed(id: id))
             }
             return
@@ -201,9 +217,9 @@ extension DownloadQueue {
         }
         if changed { self.publish(.changed(row.info)) }
         if row.state == .waiting, row.runner == nil {
-            self.core.enqueue(Self.entry(for: row))
+            batch.ready.append(Self.entry(for: row))
         } else {
-            self.core.withdraw(TransferID(.queue, id))
+            batch.withdrawn.append(TransferID(.queue, id))
         }
     }
 }

@@ -462,15 +462,18 @@ public final class DownloadQueue: TransferOwner, Sendable {
             download.state = .paused
             return true
         }
+        var withdrawn: [TransferID] = []
         for download in changed {
             let id = download.id!
             if let run = self.stopRunning(id, intent: .pause) {
                 run.stop(.pause)
             } else {
-                self.core.withdraw(TransferID(.queue, id))
+                withdrawn.append(TransferID(.queue, id))
             }
             self.publish(.changed(self.info(for: download)))
         }
+        // One scheduler decision for the lot (pausing 100,000 is one pass, not 100,000).
+        self.core.withdraw(withdrawn)
         return changed.count
     }
 
