@@ -381,6 +381,9 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
             }
             var download = fetched.download
             try change(&download)
+            // A check of the lease that changes nothing (before a file is placed) writes and
+            // announces nothing.
+            guard release || download != fetched.download else { return download }
             try self.save(connection, download, releasing: release)
             if release { download.runner = nil }
             return download
