@@ -52,12 +52,24 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // The client side of hauld's Unix socket (JSON lines): background sessions and the
+        // `haul` queue commands talk to the daemon through it.
+        .target(
+            name: "HaulDaemonClient",
+            dependencies: [
+                "HaulCore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // The public, URLSession-shaped API.
         .target(
             name: "Haul",
             dependencies: [
                 "HaulCore",
                 "HaulEngine",
+                "HaulDaemonClient",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
@@ -106,13 +118,19 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // Everything the `haul` command does; the executable only calls into it.
+        // Everything the `haul` command does; the executable only calls into it. Not the Haul
+        // library: `haul get` runs on the engine itself, and the program stays free of
+        // FoundationNetworking (libcurl and its dozens of libraries) — time and memory at start.
         .target(
             name: "HaulCommands",
             dependencies: [
-                "Haul",
                 "HaulCore",
                 "HaulEngine",
+                "HaulDaemonClient",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictSettings

@@ -50,6 +50,8 @@ package final class TransferEngine: Sendable {
     private let clientConfiguration: HTTPClient.Configuration
     /// The loop all of this engine's transfers run on.
     package let eventLoop: any EventLoop
+    /// The tasks of this engine's runs prefer this executor: their steps run on ``eventLoop``.
+    package let taskExecutor: EventLoopTaskExecutor
     /// The threads that open partial files and write body bytes into them, so that the event
     /// loop never blocks on the disk (one batch at a time per file; see ``FileBodyWriter``).
     let fileIOPool = NIOThreadPool.singleton
@@ -104,6 +106,7 @@ package final class TransferEngine: Sendable {
         // Sessions spread over the loops of the shared group.
         let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         self.eventLoop = eventLoop
+        self.taskExecutor = EventLoopTaskExecutor(eventLoop)
         let connectionLog = ConnectionEventLog()
         self.connectionLog = connectionLog
         self.client = HTTPClient(

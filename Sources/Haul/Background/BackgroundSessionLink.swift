@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import HaulCore
+import HaulDaemonClient
 import Synchronization
 
 /// Ties a background ``TransferSession`` to `hauld`: attaches under the session identifier,

@@ -94,7 +94,7 @@ extension ResponseInfo {
 /// Haul's version, as sent in `User-Agent`.
 public enum HaulVersion {
     /// The version of this build.
-    public static let string = "0.1.0"
+    public static let string = HaulRelease.version
     /// The default `User-Agent` value.
     public static let userAgent = "Haul/\(string)"
 }

@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import HaulCore
+import HaulDaemonClient
 import HaulEngine
 import Synchronization
 

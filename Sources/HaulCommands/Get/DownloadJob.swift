@@ -1,5 +1,4 @@
 import Foundation
-import Haul
 import HaulCore
 import HaulEngine
 
@@ -41,8 +40,15 @@ struct DownloadJob: Sendable {
     /// The resume data of an earlier run for this URL, if any is usable, continuing at the
     /// partial file's size: after a crash the file holds more than the checkpoint recorded (its
     /// bytes are a prefix of the entity, written in order), after a clean stop exactly as much.
-    func loadCheckpoint(reporter: ProgressReporter) -> Data? {
+    /// A checkpoint that cannot be used is removed (the download starts over).
+    func loadCheckpoint(reporter: ProgressReporter) -> ResumeData? {
         guard let data = FileManager.default.contents(atPath: self.checkpointPath) else { return nil }
+        if let usable = self.usableCheckpoint(data, reporter: reporter) { return usable }
+        unlink(self.checkpointPath)
+        return nil
+    }
+
+    private func usableCheckpoint(_ data: Data, reporter: ProgressReporter) -> ResumeData? {
         do {
             var decoded = try ResumeData.decode(data)
             guard let onDisk = fileSize(self.partialPath), onDisk > 0 else {
@@ -61,7 +67,7 @@ struct DownloadJob: Sendable {
                 reporter.note("\(self.checkpointPath) names another partial file; starting over")
                 return nil
             }
-            return decoded.encoded()
+            return decoded
         } catch {
             reporter.note("ignoring \(self.checkpointPath): \(error); starting over")
             return nil
@@ -91,7 +97,7 @@ struct DownloadJob: Sendable {
     /// Moves the finished file to its final name without overwriting anything. The name comes
     /// from `-o`, else the response's `Content-Disposition`, else the URL; a taken name gets a
     /// number: `name (1).ext`.
-    func moveIntoPlace(_ source: String, response: HTTPURLResponse?) throws -> String {
+    func moveIntoPlace(_ source: String, response: ResponseInfo?) throws -> String {
         if let explicitOutput = self.explicitOutput {
             do {
                 try NoOverwriteMove.move(source, to: explicitOutput)
@@ -101,7 +107,7 @@ struct DownloadJob: Sendable {
             }
         }
         let name = FileNaming.suggestedFilename(
-            contentDisposition: response?.value(forHTTPHeaderField: "Content-Disposition"),
+            contentDisposition: response?.headers["Content-Disposition"],
             url: response?.url ?? self.url
         )
         return try NoOverwriteMove.moveChoosingFreeName(source, directory: self.directory, name: name)

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
-import Haul
 import HaulCore
+import NIOSSL
 
 /// `haul get`: download URLs to files in the foreground, resumably and verified.
 struct GetCommand: AsyncParsableCommand {
@@ -143,14 +143,18 @@ struct GetCommand: AsyncParsableCommand {
     }
 
     /// `--cacert` read and `--pinnedpubkey` parsed; a clear usage error when they are wrong.
-    func trustOptions() throws -> (TransferTrustedCertificates?, Set<String>) {
-        var trusted: TransferTrustedCertificates?
+    func trustOptions() throws -> ([NIOSSLCertificate], Set<String>) {
+        var trusted: [NIOSSLCertificate] = []
         if let caCertificates {
-            do {
-                trusted = try TransferTrustedCertificates(pemFile: caCertificates)
-            } catch {
-                throw ValidationError("--cacert: \(error)")
+            guard let pem = FileManager.default.contents(atPath: caCertificates) else {
+                throw ValidationError("--cacert: cannot read the certificate file \(caCertificates)")
             }
+            do {
+                trusted = try NIOSSLCertificate.fromPEMBytes(Array(pem))
+            } catch {
+                throw ValidationError("--cacert: \(caCertificates): not PEM certificates: \(error)")
+            }
+            guard !trusted.isEmpty else { throw ValidationError("--cacert: \(caCertificates): no certificate in the PEM text") }
         }
         return (trusted, try self.pinnedPublicKey.map(Self.parsePins) ?? [])
     }

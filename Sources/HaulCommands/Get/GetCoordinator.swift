@@ -1,14 +1,23 @@
+import Crypto
 import Dispatch
 import Foundation
-import Haul
 import HaulCore
 import HaulEngine
+import NIOCore
+import NIOHTTP1
+import NIOSSL
 
-/// Runs the downloads of one `haul get`: a ``TransferSession`` whose delegate it is, the retry
-/// loop of each download, the checkpoint files, Ctrl-C, and the progress output.
-final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable {
-    // @unchecked Sendable: mutable state is guarded by `lock`; delegate methods run on the
-    // session's serial delegate queue.
+/// Runs the downloads of one `haul get` on a ``TransferEngine``: the retry loop of each
+/// download, the checkpoint files, Ctrl-C, and the progress output.
+///
+/// The downloads' tasks prefer the engine's event loop (``EventLoopTaskExecutor``), so a run's
+/// completion continues its download's task on the thread that received the last byte, and the
+/// next download starts there too: no thread is woken between two small files. The per-file
+/// bookkeeping done there is a few system calls (a stat, the move into place), as curl does in
+/// its one thread; body bytes are written by the engine's file threads, checkpoints and
+/// checksums on queues of their own.
+final class GetCoordinator: @unchecked Sendable {
+    // @unchecked Sendable: mutable state is guarded by `lock`.
 
     struct Options: Sendable {
         var outputPath: String?
@@ -27,7 +36,7 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         var checksum: ChecksumSpec? = nil
         var output: ProgressReporter.Mode
         /// `--cacert`: roots trusted besides the system's.
-        var trustedCertificates: TransferTrustedCertificates? = nil
+        var trustedCertificates: [NIOSSLCertificate] = []
         /// `--pinnedpubkey`: SHA-256 digests (hex) of the public keys a server may present.
         var pinnedKeys: Set<String> = []
         /// `-k`: any certificate is accepted (pins still apply).
@@ -45,23 +54,10 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         /// The file does not hash to `--checksum` (it was not kept).
         case checksumMismatch(String)
         /// `serverStatus`: the server's unsuccessful answer, when that is the failure.
-        case failed(URLError, serverStatus: Int?)
-    }
-
-    private struct Pending {
-        var continuation: CheckedContinuation<AttemptResult, Never>
-        var job: DownloadJob
-        var finished: AttemptResult?
-        /// When the crash checkpoint is due (``CheckpointCadence``, as hauld's).
-        var cadence = CheckpointCadence(
-            bytes: GetCoordinator.crashCheckpointBytes,
-            interval: GetCoordinator.crashCheckpointInterval,
-            now: GetCoordinator.monotonicNow()
-        )
-        /// Whether this attempt wrote its crash checkpoint already.
-        var checkpointed = false
-        /// Mirrors whose drop was already told.
-        var toldDropped: Set<URL> = []
+        /// `resumePoint`: where a next attempt can continue from the bytes on disk.
+        case failed(URLError, serverStatus: Int?, resumePoint: ResumePoint?, url: URL)
+        /// Ctrl-C stopped it; `resumePoint` as for `failed`.
+        case stopped(resumePoint: ResumePoint?, url: URL)
     }
 
     private static let clockOrigin = ContinuousClock.now
@@ -80,57 +76,83 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
     /// syncing the file): what a crash makes it fetch again.
     static let segmentedCheckpointBytes: Int64 = 64 << 20
 
+    /// `User-Agent` of `haul get`'s requests (unless `-H` gives one).
+    static let userAgent = "Haul/\(HaulRelease.version)"
+
     let options: Options
     private let lock = NSLock()
-    private var pending: [Int: Pending] = [:]
-    private var runningTasks: [Int: TransferSessionDownloadTask] = [:]
+    private var runningRuns: [Int: TransferRun] = [:]
+    private var nextAttemptID = 0
     private var isInterrupted = false
-    private var session: TransferSession!
+    /// Where crash checkpoints are written, in order, off the event loop.
+    private let checkpoints = DispatchQueue(label: "haul.get.checkpoints")
+    /// The request headers every download sends.
+    private let requestHeaders: HTTPHeaderFields
     let reporter: ProgressReporter
 
     init(options: Options) {
         self.options = options
         self.reporter = ProgressReporter(mode: options.output)
+        var headers = HTTPHeaderFields()
+        for (name, value) in options.headers { headers.add(name: name, value: value) }
+        if !headers.contains("User-Agent") { headers.add(name: "User-Agent", value: Self.userAgent) }
+        // A download saves the representation as the server stores it, like wget.
+        if !headers.contains("Accept-Encoding") { headers.add(name: "Accept-Encoding", value: "identity") }
+        self.requestHeaders = headers
+    }
+
+    private func makeEngine() -> TransferEngine {
+        var configuration = TransferEngine.Configuration()
+        configuration.idleTimeout = .milliseconds(Int64(self.options.idleTimeout * 1000))
+        configuration.connectTimeout = .milliseconds(Int64(min(self.options.idleTimeout, 30) * 1000))
+        configuration.maximumConnectionsPerHost = max(6, self.options.parallelism, self.options.connectionsPerDownload)
+        configuration.maximumConnectionsPerDownload = max(1, self.options.connectionsPerDownload)
+        // Like curl and wget: http_proxy, https_proxy and no_proxy apply.
+        configuration.proxies = ProxySettings.fromEnvironment(ProcessInfo.processInfo.environment)
+        configuration.tls.additionalTrustRoots = self.options.trustedCertificates
+        // Without -k or --pinnedpubkey, default verification decides: no probe handshake.
+        var trustHandler: ServerTrustGate.Handler?
+        if self.options.insecure || !self.options.pinnedKeys.isEmpty {
+            trustHandler = { [self] (question: ServerTrustQuestion) async -> ServerTrustAnswer in await self.judgeServer(question) }
+        }
+        return TransferEngine(configuration: configuration, cookieJar: MemoryCookieJar(), serverTrustHandler: trustHandler)
     }
 
     /// Downloads every URL, `parallelism` at a time, and returns the exit status.
+    ///
+    /// Several downloads at once are spread over one engine per core (each on an event loop of
+    /// its own, with its own connections): one loop would do every download's network and
+    /// bookkeeping on one thread.
     func run(urls: [URL]) async -> ExitStatus {
-        let configuration = TransferSessionConfiguration.default
-        // Like curl and wget: http_proxy, https_proxy and no_proxy apply; no cookies are kept.
-        configuration.usesEnvironmentProxies = true
-        configuration.httpCookieStorage = TransferCookieStorage()
-        // Without -k or --pinnedpubkey, default verification decides: no probe handshake.
-        configuration.asksDelegateAboutServerTrust = self.options.insecure || !self.options.pinnedKeys.isEmpty
-        configuration.tlsAdditionalTrustedCertificates = self.options.trustedCertificates
-        configuration.urlCache = nil
-        configuration.timeoutIntervalForRequest = self.options.idleTimeout
-        configuration.httpMaximumConnectionsPerHost = max(6, self.options.parallelism, self.options.connectionsPerDownload)
-        configuration.haulMaximumConnectionsPerDownload = self.options.connectionsPerDownload
-        self.session = TransferSession(configuration: configuration, delegate: self, delegateQueue: nil)
-        let signalSource = self.installInterruptHandler()
+        let parallelism = self.options.parallelism
+        let shards = max(1, min(parallelism, urls.count, System.coreCount))
+        let engines = (0..<shards).map { _ in self.makeEngine() }
+        let signalSources = self.installInterruptHandler()
         self.reporter.start(totalFiles: urls.count)
-        defer {
-            signalSource.cancel()
-            self.reporter.stop()
-            self.session.finishTasksAndInvalidate()
-        }
-
-        var statuses: [ExitStatus] = []
-        await withTaskGroup(of: ExitStatus.self) { group in
+        // A download that ends hands its engine to the next one: each engine keeps its share of
+        // the downloads at once, so the connections open never exceed `-j` in all.
+        let statuses = await withTaskGroup(of: (ExitStatus, Int).self, returning: [ExitStatus].self) { group in
+            var statuses: [ExitStatus] = []
             var iterator = urls.makeIterator()
-            var running = 0
-            func addNext() -> Bool {
+            var started = 0
+            func addNext(on shard: Int) -> Bool {
                 guard let url = iterator.next() else { return false }
-                group.addTask { await self.download(url) }
+                let engine = engines[shard]
+                started += 1
+                group.addTask(executorPreference: engine.taskExecutor) { (await self.download(url, engine: engine), shard) }
                 return true
             }
-            while running < self.options.parallelism, addNext() { running += 1 }
-            while let status = await group.next() {
+            while started < parallelism, addNext(on: started % engines.count) {}
+            while let (status, shard) = await group.next() {
                 statuses.append(status)
                 if self.interrupted { continue }
-                _ = addNext()
+                _ = addNext(on: shard)
             }
+            return statuses
         }
+        for source in signalSources { source.cancel() }
+        self.reporter.stop()
+        for engine in engines { await engine.shutdown() }
         if self.interrupted { return .interrupted }
         return statuses.first { $0 != .success } ?? .success
     }
@@ -142,6 +164,8 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
     /// Base names already used by a job of this run: two URLs ending in the same name must not
     /// share a partial file.
     private var claimedNames: Set<String> = []
+    /// Directories found writable (asked once per directory, not per file).
+    private var writableDirectories: Set<String> = []
 
     private func claimBaseName(for url: URL) -> String {
         let wanted = FileNaming.suggestedFilename(contentDisposition: nil, url: url)
@@ -152,11 +176,20 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         }
     }
 
-    private func download(_ url: URL) async -> ExitStatus {
-        let job = DownloadJob(url: url, options: self.options, baseName: self.claimBaseName(for: url))
+    private func isWritable(_ directory: String) -> Bool {
+        if self.lock.withLock({ self.writableDirectories.contains(directory) }) { return true }
+        guard access(directory, W_OK) == 0 else { return false }
+        self.lock.withLock { _ = self.writableDirectories.insert(directory) }
+        return true
+    }
+
+    private func download(_ url: URL, engine: TransferEngine) async -> ExitStatus {
+        let job = DownloadJob(url: url, options: self.options, baseName: self.options.outputPath == nil ? self.claimBaseName(for: url) : nil)
         if self.options.fresh { job.discardCheckpoint() }
-        var resumeData = job.loadCheckpoint(reporter: self.reporter)
-        if resumeData == nil, let existing = job.existingFinalFile {
+        var resume = self.options.fresh ? nil : job.loadCheckpoint(reporter: self.reporter)
+        /// Whether a checkpoint file may exist (to remove once the file is complete).
+        var checkpointExists = resume != nil
+        if resume == nil, let existing = job.existingFinalFile {
             if self.options.continueExisting {
                 self.reporter.note("\(existing) already exists; nothing to do")
                 return .success
@@ -166,7 +199,7 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
                 return .fileError
             }
         }
-        guard access(job.directory, W_OK) == 0 else {
+        guard self.isWritable(job.directory) else {
             self.reporter.error("cannot write into \(job.directory): \(String(cString: strerror(errno)))")
             return .fileError
         }
@@ -177,20 +210,12 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         var mirrors = self.options.mirrors
         while true {
             if self.interrupted { return .interrupted }
-            var request = URLRequest(url: url)
-            for (name, value) in self.options.headers { request.setValue(value, forHTTPHeaderField: name) }
-            let task: TransferSessionDownloadTask
-            if let data = resumeData {
-                task = self.session.downloadTask(withResumeData: data)
-            } else {
-                task = self.session.downloadTask(with: request, partialFileURL: URL(fileURLWithPath: job.partialPath))
-            }
-            task.haulMirrors = mirrors
-            task.haulMirrorsVerifiedByChecksum = self.options.checksum != nil
-            let result = await self.perform(task, job: job)
+            let request = TransferRequest(url: resume?.url ?? url, method: "GET", headers: self.requestHeaders)
+            let (result, wroteCheckpoint) = await self.perform(job, on: engine, request: request, resume: resume?.resumePoint, mirrors: mirrors)
+            if wroteCheckpoint { checkpointExists = true }
             switch result {
             case .saved(let path, let bytes):
-                job.discardCheckpointFile()
+                if checkpointExists { job.discardCheckpointFile() }
                 self.reporter.jobFinished(job.displayName, savedAs: path, bytes: bytes)
                 return .success
             case .moveFailed(let message):
@@ -198,7 +223,8 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
                 return .fileError
             case .checksumMismatch(let message):
                 job.discardCheckpoint()
-                resumeData = nil
+                checkpointExists = false
+                resume = nil
                 if !mirrors.isEmpty {
                     self.reporter.note("\(job.displayName): \(message); the file had bytes from mirrors, fetching it again from \(url.absoluteString) alone")
                     mirrors = []
@@ -207,8 +233,11 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
                 self.reporter.error("\(job.displayName): \(message); the file was not kept")
                 return .serverError
             case .httpStatus(let status, let retryAfter):
-                let message = "\(url.absoluteString): server answered \(status) \(HTTPURLResponse.localizedString(forStatusCode: status))"
-                switch self.decide(attempt: attempt, failure: .serverStatus(status), retryAfter: retryAfter, hasResumePoint: resumeData != nil) {
+                if checkpointExists { job.discardCheckpointFile() }
+                checkpointExists = false
+                resume = nil
+                let message = "\(url.absoluteString): server answered \(status) \(HTTPResponseStatus(statusCode: status).reasonPhrase)"
+                switch self.decide(attempt: attempt, failure: .serverStatus(status), retryAfter: retryAfter, hasResumePoint: false) {
                 case .retry(let seconds, _):
                     self.reporter.note("\(message); retrying in \(ByteCountFormatting.duration(seconds: seconds))")
                     try? await Task.sleep(for: .seconds(seconds))
@@ -217,22 +246,37 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
                     self.reporter.error(message)
                     return .serverError
                 }
-            case .failed(let error, let status):
+            case .stopped(let point, let current):
+                if let point {
+                    job.saveCheckpoint(self.resumeData(job, url: current, point: point).encoded())
+                    self.reporter.note("\(job.displayName): interrupted; run the same command again to continue")
+                } else {
+                    job.discardCheckpoint()
+                }
+                return .interrupted
+            case .failed(let error, let status, let point, let current):
                 if self.interrupted {
-                    if let data = error.userInfo[TransferSessionDownloadTaskResumeData] as? Data {
-                        job.saveCheckpoint(data)
+                    if let point {
+                        job.saveCheckpoint(self.resumeData(job, url: current, point: point).encoded())
                         self.reporter.note("\(job.displayName): interrupted; run the same command again to continue")
                     }
                     return .interrupted
                 }
-                if resumeData != nil, error.code == .cannotDecodeRawData || error.code == .fileDoesNotExist {
+                if resume != nil, error.code == .cannotDecodeRawData || error.code == .fileDoesNotExist {
                     self.reporter.note("\(job.displayName): cannot continue the earlier download (\(error.localizedDescription)); starting over")
                     job.discardCheckpoint()
-                    resumeData = nil
+                    checkpointExists = false
+                    resume = nil
                     continue
                 }
-                resumeData = error.userInfo[TransferSessionDownloadTaskResumeData] as? Data
-                if let resumeData { job.saveCheckpoint(resumeData) } else { job.discardCheckpoint() }
+                resume = point.map { self.resumeData(job, url: current, point: $0) }
+                if let resume {
+                    job.saveCheckpoint(resume.encoded())
+                    checkpointExists = true
+                } else {
+                    job.discardCheckpoint()
+                    checkpointExists = false
+                }
                 if let refusal = self.trustRefusal(for: url) {
                     self.reporter.error("\(url.absoluteString): \(refusal)")
                     job.discardCheckpoint()
@@ -240,18 +284,30 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
                 }
                 let failure = TransferFailureKind(error, status: status)
                 let message = "\(url.absoluteString): \(error.localizedDescription)"
-                switch self.decide(attempt: attempt, failure: failure, retryAfter: nil, hasResumePoint: resumeData != nil) {
+                switch self.decide(attempt: attempt, failure: failure, retryAfter: nil, hasResumePoint: resume != nil) {
                 case .retry(let seconds, _):
-                    let kept = resumeData == nil ? "" : ", keeping the bytes on disk"
+                    let kept = resume == nil ? "" : ", keeping the bytes on disk"
                     self.reporter.note("\(message); retrying in \(ByteCountFormatting.duration(seconds: seconds))\(kept)")
                     try? await Task.sleep(for: .seconds(seconds))
                     attempt += 1
                 case .fail, .nextMirror:
-                    self.reporter.error(message + (resumeData == nil ? "" : " (partial download kept; run again to continue)"))
+                    self.reporter.error(message + (resume == nil ? "" : " (partial download kept; run again to continue)"))
                     return Self.exitStatus(for: error, status: status)
                 }
             }
         }
+    }
+
+    /// The checkpoint naming `point` of `job`'s partial file, to continue at `url` (the URL the
+    /// last response came from, after redirects).
+    private func resumeData(_ job: DownloadJob, url: URL, point: ResumePoint) -> ResumeData {
+        ResumeData(
+            url: url,
+            originalURL: job.url,
+            requestHeaders: HTTPHeaderFields(self.options.headers.map { ($0.0, $0.1) }),
+            partialFilePath: job.partialPath,
+            resumePoint: point
+        )
     }
 
     /// The one outcome policy hauld uses too (no mirrors, no resource deadline here).
@@ -281,146 +337,78 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         }
     }
 
-    /// Resumes `task` and waits for its end.
-    private func perform(_ task: TransferSessionDownloadTask, job: DownloadJob) async -> AttemptResult {
-        await withCheckedContinuation { continuation in
-            self.lock.withLock {
-                self.pending[task.taskIdentifier] = Pending(continuation: continuation, job: job)
-                self.runningTasks[task.taskIdentifier] = task
-            }
-            task.resume()
-            // Ctrl-C may have come between the check in the loop and registering the task.
-            if self.interrupted { task.cancel(byProducingResumeData: { _ in }) }
-        }
-    }
+    // MARK: - One attempt
 
-    /// Records the running download's resume data, so that a crash of `haul` loses at most
-    /// what came before the checkpoint. The next run continues from the partial file's size
-    /// (its bytes are a prefix of the entity: they are written in order), after `If-Range`
-    /// confirms the entity.
-    private func writeCrashCheckpoint(_ task: TransferSessionDownloadTask, job: DownloadJob, bytes: Int64, expected: Int64) {
-        guard let response = task.response as? HTTPURLResponse, let url = response.url else { return }
-        let point: ResumePoint
-        if let mapped = task.currentResumePoint, mapped.mapped == true {
-            // A segmented download: the map first, then the bytes it names to disk, then the
-            // map to its file — a crash at any moment leaves a map that claims only synced bytes.
-            PartialFile.syncData(atPath: job.partialPath)
-            point = mapped
-        } else {
-            let headers = HTTPHeaderFields(response.allHeaderFields.compactMap { key, value in
-                (key as? String).map { ($0, "\(value)") }
-            })
-            guard RangeResumeRules.notResumableReason(method: "GET", status: response.statusCode, headers: headers) == nil || response.statusCode == 206 else {
-                return
-            }
-            let validators = EntityValidators(headers: headers)
-            guard validators.ifRangeValue != nil else { return }
-            point = ResumePoint(offset: bytes, validators: validators, entityLength: expected > 0 ? expected : nil)
+    /// Runs one attempt of `job` and turns its outcome into a result: the finished file
+    /// verified and moved into place, or why not. Also tells whether the attempt wrote a crash
+    /// checkpoint.
+    private func perform(_ job: DownloadJob, on engine: TransferEngine, request: TransferRequest, resume: ResumePoint?, mirrors: [URL]) async -> (AttemptResult, Bool) {
+        let id = self.lock.withLock { () -> Int in
+            self.nextAttemptID += 1
+            return self.nextAttemptID
         }
-        let data = ResumeData(
-            url: url,
-            originalURL: job.url,
-            requestHeaders: HTTPHeaderFields(self.options.headers.map { ($0.0, $0.1) }),
-            partialFilePath: job.partialPath,
-            resumePoint: point
+        let attempt = GetAttempt(id: id, job: job, requestHeaders: HTTPHeaderFields(self.options.headers.map { ($0.0, $0.1) }), reporter: self.reporter, checkpoints: self.checkpoints)
+        let run = TransferRun(
+            engine: engine,
+            request: request,
+            destination: .file(path: job.partialPath, resume: resume),
+            resourceTimeout: nil,
+            mirrors: mirrors,
+            mirrorPolicy: self.options.checksum != nil ? .verifiedByChecksum : .sameValidators,
+            observer: attempt
         )
-        job.saveCheckpoint(data.encoded())
-    }
-
-    // MARK: - Ctrl-C
-
-    private func installInterruptHandler() -> any DispatchSourceSignal {
-        signal(SIGINT, SIG_IGN)
-        signal(SIGTERM, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
-        source.setEventHandler { [weak self] in self?.interrupt() }
-        source.resume()
-        let terminate = DispatchSource.makeSignalSource(signal: SIGTERM, queue: .global())
-        terminate.setEventHandler { [weak self] in self?.interrupt() }
-        terminate.resume()
-        self.terminationSource = terminate
-        return source
-    }
-
-    private var terminationSource: (any DispatchSourceSignal)?
-
-    /// Stops every download, keeping resume data for the next run.
-    func interrupt() {
-        let tasks = self.lock.withLock { () -> [TransferSessionDownloadTask] in
-            self.isInterrupted = true
-            return Array(self.runningTasks.values)
-        }
-        for task in tasks { task.cancel(byProducingResumeData: { _ in }) }
-    }
-
-    // MARK: - Delegate
-
-    // MARK: - Server trust (-k, --pinnedpubkey)
-
-    /// Asked once per https host and port, only with -k or --pinnedpubkey: a pinned key must
-    /// match the leaf's; then -k accepts the chain, otherwise default verification (system
-    /// roots, --cacert, the host name) must pass as well — curl's rules.
-    func urlSession(
-        _ session: TransferSession,
-        didReceive challenge: URLAuthenticationChallenge,
-        completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
-    ) {
-        guard let trust = challenge.protectionSpace.transferServerTrust else {
-            completionHandler(.performDefaultHandling, nil)
-            return
-        }
-        let key = "\(trust.host):\(trust.port)"
-        if !self.options.pinnedKeys.isEmpty {
-            guard let leafKey = trust.publicKeySHA256Fingerprints.first ?? nil, self.options.pinnedKeys.contains(leafKey) else {
-                self.lock.withLock { self.trustRefusals[key] = "the server's public key matches no --pinnedpubkey" }
-                completionHandler(.cancelAuthenticationChallenge, nil)
-                return
+        let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<TransferOutcome, Never>) in
+            let stopNow = self.lock.withLock { () -> Bool in
+                self.runningRuns[id] = run
+                return self.isInterrupted
             }
+            run.start { continuation.resume(returning: $0) }
+            // Ctrl-C may have come between the check in the loop and registering the run.
+            if stopNow { run.stop(.pause) }
         }
-        if self.options.insecure {
-            completionHandler(.useCredential, nil)
-            return
-        }
-        trust.evaluate { trusted in
-            if !trusted {
-                self.lock.withLock { self.trustRefusals[key] = "the server's certificate is not trusted (use --cacert FILE for a private CA, or -k)" }
-            }
-            completionHandler(trusted ? .useCredential : .cancelAuthenticationChallenge, nil)
-        }
-    }
-
-    private func trustRefusal(for url: URL) -> String? {
-        guard url.scheme?.lowercased() == "https", let host = url.host else { return nil }
-        return self.lock.withLock { self.trustRefusals["\(host):\(url.port ?? 443)"] }
-    }
-
-    func urlSession(_ session: TransferSession, downloadTask: TransferSessionDownloadTask, didFinishDownloadingTo location: URL) {
-        self.reportDroppedMirrors(downloadTask)
-        guard let job = self.lock.withLock({ self.pending[downloadTask.taskIdentifier]?.job }) else { return }
-        let response = downloadTask.response as? HTTPURLResponse
-        let status = response?.statusCode ?? 0
+        self.lock.withLock { _ = self.runningRuns.removeValue(forKey: id) }
+        self.reporter.taskEnded(id)
+        // The checkpoints it queued are on disk before the caller removes or replaces them.
+        await attempt.checkpointsWritten()
         let result: AttemptResult
-        if (200..<300).contains(status), let mismatch = self.checksumMismatch(location.path) {
-            unlink(location.path)
-            result = .checksumMismatch(mismatch)
-        } else if (200..<300).contains(status) {
-            let size = downloadTask.countOfBytesReceived
-            do {
-                let path = try job.moveIntoPlace(location.path, response: response)
-                result = .saved(path: path, bytes: size)
-            } catch {
-                result = .moveFailed("\(error)")
-            }
-        } else {
-            let retryAfter = (response?.value(forHTTPHeaderField: "Retry-After")).flatMap { RetryPolicy.retryAfterSeconds($0) }
-            result = .httpStatus(status, retryAfter: retryAfter)
+        switch outcome {
+        case .completed(let response, let total) where (200..<300).contains(response.statusCode):
+            result = await self.place(job, response: response, bytes: total)
+        case .completed(let response, _):
+            // The body was an error page: nothing to keep.
+            unlink(job.partialPath)
+            let retryAfter = response.headers["Retry-After"].flatMap { RetryPolicy.retryAfterSeconds($0) }
+            result = .httpStatus(response.statusCode, retryAfter: retryAfter)
+        case .failed(let failure, let response, let point):
+            result = .failed(failure.error, serverStatus: failure.serverStatus, resumePoint: point, url: response?.url ?? request.url)
+        case .stopped(_, let response, let point):
+            result = .stopped(resumePoint: point, url: response?.url ?? request.url)
         }
-        self.lock.withLock { self.pending[downloadTask.taskIdentifier]?.finished = result }
+        return (result, attempt.wroteCheckpoint)
     }
 
-    /// Why the file at `path` is not the one `--checksum` names (`nil`: it is, or none given).
-    private func checksumMismatch(_ path: String) -> String? {
-        guard let spec = self.options.checksum else { return nil }
+    /// Checks the finished partial file against `--checksum` and moves it to its final name.
+    private func place(_ job: DownloadJob, response: ResponseInfo, bytes: Int64) async -> AttemptResult {
+        if let spec = self.options.checksum {
+            // Reading the whole file: not on the event loop.
+            let mismatch = await withCheckedContinuation { continuation in
+                DispatchQueue.global().async { continuation.resume(returning: Self.checksumMismatch(job.partialPath, spec: spec)) }
+            }
+            if let mismatch {
+                unlink(job.partialPath)
+                return .checksumMismatch(mismatch)
+            }
+        }
+        do {
+            let path = try job.moveIntoPlace(job.partialPath, response: response)
+            return .saved(path: path, bytes: bytes)
+        } catch {
+            return .moveFailed("\(error)")
+        }
+    }
+
+    /// Why the file at `path` is not the one `spec` names (`nil`: it is).
+    private static func checksumMismatch(_ path: String, spec: ChecksumSpec) -> String? {
         do {
             let actual = try FileChecksum.hexDigest(ofFileAt: path, algorithm: spec.algorithm)
             return actual == spec.hexDigest ? nil : "checksum mismatch: expected \(spec.algorithm.rawValue)=\(spec.hexDigest), got \(actual)"
@@ -429,86 +417,62 @@ final class GetCoordinator: TransferSessionDownloadDelegate, @unchecked Sendable
         }
     }
 
-    /// Tells each mirror's drop once, with its reason.
-    private func reportDroppedMirrors(_ task: TransferSessionDownloadTask) {
-        guard !self.options.mirrors.isEmpty else { return }
-        let dropped = task.haulSources.filter { $0.droppedReason != nil }
-        guard !dropped.isEmpty else { return }
-        let new = self.lock.withLock { () -> [HaulDownloadSource] in
-            guard var entry = self.pending[task.taskIdentifier] else { return [] }
-            let new = dropped.filter { !entry.toldDropped.contains($0.url) }
-            for source in new { entry.toldDropped.insert(source.url) }
-            self.pending[task.taskIdentifier] = entry
-            return new
-        }
-        for source in new {
-            self.reporter.note("mirror \(source.url.absoluteString) dropped: \(source.droppedReason!)")
+    // MARK: - Ctrl-C
+
+    private func installInterruptHandler() -> [any DispatchSourceSignal] {
+        signal(SIGINT, SIG_IGN)
+        signal(SIGTERM, SIG_IGN)
+        return [SIGINT, SIGTERM].map { number in
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { [weak self] in self?.interrupt() }
+            source.resume()
+            return source
         }
     }
 
-    func urlSession(_ session: TransferSession, task: TransferSessionTask, didCompleteWithError error: (any Error)?) {
-        let entry = self.lock.withLock { () -> Pending? in
-            self.runningTasks[task.taskIdentifier] = nil
-            return self.pending.removeValue(forKey: task.taskIdentifier)
+    /// Stops every download, keeping what is on disk for the next run.
+    func interrupt() {
+        let runs = self.lock.withLock { () -> [TransferRun] in
+            self.isInterrupted = true
+            return Array(self.runningRuns.values)
         }
-        guard let entry else { return }
-        self.reporter.taskEnded(task.taskIdentifier)
-        if let error {
-            // A task that failed on the server's answer shows that answer as its response.
-            let status = (task.response as? HTTPURLResponse)?.statusCode
-            let serverStatus = status.flatMap { (200..<300).contains($0) ? nil : $0 }
-            entry.continuation.resume(returning: .failed(error as? URLError ?? URLError(.unknown), serverStatus: serverStatus))
-        } else {
-            entry.continuation.resume(returning: entry.finished ?? .failed(URLError(.unknown), serverStatus: nil))
-        }
+        for run in runs { run.stop(.pause) }
     }
 
-    func urlSession(
-        _ session: TransferSession,
-        downloadTask: TransferSessionDownloadTask,
-        didWriteData bytesWritten: Int64,
-        totalBytesWritten: Int64,
-        totalBytesExpectedToWrite: Int64
-    ) {
-        // A segmented download records its map at every due point (its file's size says
-        // nothing); one written in order needs one checkpoint (the file's size says the rest).
-        let segmented = downloadTask.haulConnectionCount > 1
-        let due = self.lock.withLock { () -> DownloadJob? in
-            guard let entry = self.pending[downloadTask.taskIdentifier], !entry.checkpointed || segmented else { return nil }
-            if segmented { self.pending[downloadTask.taskIdentifier]!.cadence.bytes = Self.segmentedCheckpointBytes }
-            guard self.pending[downloadTask.taskIdentifier]!.cadence.isDue(total: totalBytesWritten, now: Self.monotonicNow()) else {
-                return nil
+    // MARK: - Server trust (-k, --pinnedpubkey)
+
+    /// Asked once per https host and port, only with -k or --pinnedpubkey: a pinned key must
+    /// match the leaf's; then -k accepts the chain, otherwise default verification (system
+    /// roots, --cacert, the host name) must pass as well — curl's rules.
+    private func judgeServer(_ question: ServerTrustQuestion) async -> ServerTrustAnswer {
+        let key = "\(question.host):\(question.port)"
+        if !self.options.pinnedKeys.isEmpty {
+            guard let leaf = question.certificates.first, let leafKey = Self.publicKeySHA256(der: leaf), self.options.pinnedKeys.contains(leafKey) else {
+                let reason = "the server's public key matches no --pinnedpubkey"
+                self.lock.withLock { self.trustRefusals[key] = reason }
+                return .refuse(URLError(.serverCertificateUntrusted, userInfo: [NSLocalizedDescriptionKey: reason]))
             }
-            self.pending[downloadTask.taskIdentifier]?.checkpointed = true
-            return entry.job
         }
-        if let due { self.writeCrashCheckpoint(downloadTask, job: due, bytes: totalBytesWritten, expected: totalBytesExpectedToWrite) }
-        self.reportDroppedMirrors(downloadTask)
-        guard let job = self.lock.withLock({ self.pending[downloadTask.taskIdentifier]?.job }) else { return }
-        self.reporter.progress(
-            task: downloadTask.taskIdentifier,
-            name: job.displayName,
-            bytesWritten: bytesWritten,
-            total: totalBytesWritten,
-            expected: totalBytesExpectedToWrite,
-            connections: downloadTask.haulConnectionCount
-        )
+        if self.options.insecure { return .trustPresentedChain }
+        guard await question.evaluateByDefault() else {
+            let reason = "the server's certificate is not trusted (use --cacert FILE for a private CA, or -k)"
+            self.lock.withLock { self.trustRefusals[key] = reason }
+            return .refuse(URLError(.serverCertificateUntrusted, userInfo: [NSLocalizedDescriptionKey: reason]))
+        }
+        return .trustPresentedChain
     }
 
-    func urlSession(
-        _ session: TransferSession,
-        downloadTask: TransferSessionDownloadTask,
-        didResumeAtOffset fileOffset: Int64,
-        expectedTotalBytes: Int64
-    ) {
-        // A new entity (offset 0) or a continuation: the next progress call records its checkpoint.
-        self.lock.withLock { self.pending[downloadTask.taskIdentifier]?.checkpointed = false }
-        guard let job = self.lock.withLock({ self.pending[downloadTask.taskIdentifier]?.job }) else { return }
-        if fileOffset > 0 {
-            self.reporter.note("\(job.displayName): continuing at \(ByteCountFormatting.bytes(fileOffset))")
-        } else {
-            self.reporter.note("\(job.displayName): the server sent the whole file again; starting over")
-        }
-        self.reporter.progress(task: downloadTask.taskIdentifier, name: job.displayName, bytesWritten: 0, total: fileOffset, expected: expectedTotalBytes)
+    /// The SHA-256 (hex) of a DER certificate's public key (its SubjectPublicKeyInfo), as curl's
+    /// `--pinnedpubkey sha256//` names it.
+    static func publicKeySHA256(der: [UInt8]) -> String? {
+        guard let certificate = try? NIOSSLCertificate(bytes: der, format: .der),
+            let spki = try? certificate.extractPublicKey().toSPKIBytes()
+        else { return nil }
+        return SHA256.hash(data: spki).hexString
+    }
+
+    private func trustRefusal(for url: URL) -> String? {
+        guard url.scheme?.lowercased() == "https", let host = url.host else { return nil }
+        return self.lock.withLock { self.trustRefusals["\(host):\(url.port ?? 443)"] }
     }
 }

@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import Haul
+import HaulDaemonClient
 import HaulCore
 import Synchronization
 

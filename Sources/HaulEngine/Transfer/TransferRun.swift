@@ -106,7 +106,8 @@ package final class TransferRun: Sendable {
         self.state = Mutex(State(machine: DownloadStateMachine(method: request.method, resume: resume)))
     }
 
-    /// Starts the run. `completion` is called exactly once, from a task of the run's own.
+    /// Starts the run. `completion` is called exactly once, from a task of the run's own, on the
+    /// engine's event loop: it must not block (hand disk work to a thread pool or a queue).
     package func start(completion: @escaping @Sendable (TransferOutcome) -> Void) {
         // The resource timeout is a timer on the event loop, cancelled when the run ends.
         let timeout = self.resourceTimeout.map { duration -> Scheduled<Void> in
@@ -116,7 +117,8 @@ package final class TransferRun: Sendable {
                 self?.stop(.resourceTimeout)
             }
         }
-        let task = Task {
+        // The run's steps follow its exchanges on the engine's loop (no thread hop per await).
+        let task = Task(executorPreference: self.engine.taskExecutor) {
             let outcome = await self.run()
             timeout?.cancel()
             completion(outcome)

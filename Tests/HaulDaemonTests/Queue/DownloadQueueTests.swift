@@ -408,7 +408,7 @@ struct QueueCancelTests {
         let server = try await FaultInjectingHTTPServer.start()
         let harness = try QueueHarness()
         let running = try await harness.queue.add(
-            urls: [server.url("/file/cx.bin?size=3000000&stallAfter=500000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+            urls: [server.url("/file/cx.bin?size=3000000&stallAfter=500000&ranges=0")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
         )
         let active = try await harness.wait(for: running.id) { $0.bytesDone > 100_000 }
         let partial = try #require(active.path)

@@ -1,7 +1,4 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import HaulCore
 import NIOCore
 import NIOPosix
@@ -15,6 +12,10 @@ import Synchronization
 package final class BackgroundDaemonClient: Sendable {
     package struct Failure: Error, CustomStringConvertible {
         package var description: String
+
+        package init(description: String) {
+            self.description = description
+        }
     }
 
     private struct State {
