@@ -5,6 +5,18 @@ let strictSettings: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
 ]
 
+// Release builds of `haul` link the Swift runtime and Foundation statically (the libraries
+// `--static-swift-stdlib` would add, named here so that `swift run -c release haul` does it):
+// no shared-library lookups and relocations at start, and only the parts of Foundation the
+// program reaches are mapped. Measured (scripts/bench): start 10 ms sooner, 3-7 MiB less
+// resident. The executable stays position-independent (ASLR). Debug builds link as usual.
+let staticProgramSettings: [LinkerSetting] = [
+    .unsafeFlags(
+        ["-static-stdlib", "-lCoreFoundation", "-l_FoundationICU", "-l_FoundationCollections", "-l_FoundationCShims"],
+        .when(platforms: [.linux], configuration: .release)
+    ),
+]
+
 let package = Package(
     name: "Haul",
     platforms: [.macOS(.v15)],
@@ -138,7 +150,8 @@ let package = Package(
         .executableTarget(
             name: "haul",
             dependencies: ["HaulCommands"],
-            swiftSettings: strictSettings
+            swiftSettings: strictSettings,
+            linkerSettings: staticProgramSettings
         ),
         // The README's background-session example as a program: `start` queues downloads and
         // exits, `collect` picks the results up later (also used by the tests).
