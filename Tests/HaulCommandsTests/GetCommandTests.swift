@@ -20,6 +20,25 @@ struct GetCommandTests {
         try await server.shutdown()
     }
 
+    @Test("Requests carry Haul's User-Agent and ask for the stored representation; a cookie set on a redirect is sent on to its target, and kept nowhere")
+    func requestHeadersAndCookies() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let target = "/file/c.bin?size=2000&seed=5".addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let url = server.url("/setcookie?c=session%3Dabc%3B%20Path%3D%2F&to=\(target)").absoluteString
+        let result = try await HaulProcess.run(["get", "-o", "c.bin", url], directory: directory)
+        #expect(result.status == 0, "\(result.standardError)")
+        #expect(listing(directory) == ["c.bin"])
+        let fetched = try #require(server.requests.first { $0.uri.hasPrefix("/file/c.bin") })
+        #expect(fetched.header("Cookie") == "session=abc")
+        #expect(fetched.header("User-Agent")?.hasPrefix("Haul/") == true)
+        #expect(fetched.header("Accept-Encoding") == "identity")
+        let custom = try await HaulProcess.run(["get", "-H", "User-Agent: mine/1", "-o", "d.bin", server.url("/file/d.bin?size=10").absoluteString], directory: directory)
+        #expect(custom.status == 0)
+        #expect(server.requests.last { $0.uri.hasPrefix("/file/d.bin") }?.header("User-Agent") == "mine/1")
+        try await server.shutdown()
+    }
+
     @Test("Content-Disposition names are used, sanitised, and never overwrite an existing file")
     func namingAndNoOverwrite() async throws {
         let server = try await FaultInjectingHTTPServer.start()

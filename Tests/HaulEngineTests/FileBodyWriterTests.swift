@@ -150,6 +150,69 @@ struct FileBodyWriterTests {
         #expect(failure?.code == .cannotCreateFile)
         #expect(failure?.localizedDescription.contains("No such file or directory") == true)
     }
+
+    @Test("A small body is opened and written by one job on the file-creation thread; an empty body still makes the file")
+    func firstJobOpensAndWrites() async throws {
+        let path = self.temporaryPath()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let opens = ReportedBytes()
+        let reported = ReportedBytes()
+        let writer = try await self.eventLoop.submit {
+            FileBodyWriter(
+                open: { () throws(URLError) -> PartialFile in
+                    // Which thread opens: the one creation thread, never the event loop.
+                    opens.add(Thread.current.name == "TP-#0" ? 1 : 0, sizeOnDisk: PartialFile.size(at: path) ?? -1)
+                    return try PartialFile.open(path: path)
+                },
+                offset: 0,
+                eventLoop: self.eventLoop
+            ) { count in reported.add(count, sizeOnDisk: PartialFile.size(at: path) ?? 0) }
+        }.get()
+        // Nothing is opened before there is something to write or the body ended.
+        try await Task.sleep(for: .milliseconds(20))
+        #expect(opens.calls == 0)
+        let body = ByteBuffer(repeating: 9, count: 16 * 1024)
+        let drained = try await self.eventLoop.flatSubmit { () -> EventLoopFuture<Void> in
+            _ = writer.enqueue(body)
+            return writer.drained()
+        }.get()
+        _ = drained
+        #expect(opens.calls == 1)
+        #expect(opens.total == 1, "opened on the file-creation thread")
+        #expect(reported.calls == 1, "open and write in one job: one report")
+        #expect(PartialFile.size(at: path) == Int64(16 * 1024))
+
+        let emptyPath = self.temporaryPath()
+        defer { try? FileManager.default.removeItem(atPath: emptyPath) }
+        let empty = try await self.eventLoop.submit {
+            FileBodyWriter(
+                open: { () throws(URLError) -> PartialFile in try PartialFile.open(path: emptyPath) },
+                offset: 0,
+                eventLoop: self.eventLoop
+            ) { _ in }
+        }.get()
+        #expect(await empty.drain() == nil)
+        #expect(PartialFile.size(at: emptyPath) == 0)
+    }
+}
+
+@Suite("EventLoopTaskExecutor: a run's task follows its event loop")
+struct EventLoopTaskExecutorTests {
+    @Test("A task that prefers the executor runs on the loop, and continues there after awaiting the loop's futures")
+    func runsOnTheLoop() async throws {
+        let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        let executor = EventLoopTaskExecutor(eventLoop)
+        let onLoop = await Task(executorPreference: executor) { () -> [Bool] in
+            var seen = [eventLoop.inEventLoop]
+            for _ in 0..<3 {
+                // A future completed later from the loop: the continuation is queued on the loop.
+                try? await eventLoop.scheduleTask(in: .milliseconds(1)) {}.futureResult.get()
+                seen.append(eventLoop.inEventLoop)
+            }
+            return seen
+        }.value
+        #expect(onLoop == [true, true, true, true])
+    }
 }
 
 /// What the writer reported, and the file's size at each report.
