@@ -55,8 +55,19 @@ public struct HTTPHeaderFields: Sendable, Hashable, Codable {
 }
 
 extension String {
+    /// Whether two field names are equal ignoring ASCII case (field names are tokens: ASCII
+    /// only, RFC 9110 §5.1). Compares bytes in place: header lookups run several times per
+    /// response, and lowercasing both sides allocated two strings each time.
     @inlinable
     func caseInsensitiveEquals(_ other: String) -> Bool {
-        self.utf8.count == other.utf8.count && self.lowercased() == other.lowercased()
+        guard self.utf8.count == other.utf8.count else { return false }
+        var others = other.utf8.makeIterator()
+        for byte in self.utf8 {
+            guard let otherByte = others.next() else { return false }
+            if byte == otherByte { continue }
+            let folded = byte | 0x20
+            guard folded == otherByte | 0x20, folded >= UInt8(ascii: "a"), folded <= UInt8(ascii: "z") else { return false }
+        }
+        return true
     }
 }
