@@ -32,9 +32,18 @@ package final class TransferEngine: Sendable {
         package var proxies = ProxySettings()
         /// TLS protocol versions and the client certificate.
         package var tls = TLSOptions()
+        /// Whether each exchange's timing is recorded (``TransferRun/transactions``: task
+        /// metrics). AsyncHTTPClient tells when connections open and requests are scheduled
+        /// only through its debug and trace logs, so recording means formatting a few log
+        /// messages per request; programs that never show metrics (`haul get`, hauld) turn it
+        /// off and keep the clients' loggers disabled.
+        package var recordsMetrics = true
 
         package init() {}
     }
+
+    /// A logger that drops everything (AsyncHTTPClient skips its log messages' work).
+    static let silentLogger = Logger(label: "haul.silent", factory: { _ in SwiftLogNoOpLogHandler() })
 
     let client: HTTPClient
     /// When the default client's connections were opened (for metrics).
@@ -112,7 +121,7 @@ package final class TransferEngine: Sendable {
         self.client = HTTPClient(
             eventLoopGroup: self.eventLoop,
             configuration: clientConfiguration,
-            backgroundActivityLogger: connectionLog.logger
+            backgroundActivityLogger: configuration.recordsMetrics ? connectionLog.logger : Self.silentLogger
         )
         self.clientConfiguration = clientConfiguration
         self.limiter = HostConnectionLimiter(limit: configuration.maximumConnectionsPerHost)
@@ -141,7 +150,11 @@ package final class TransferEngine: Sendable {
                 configuration.proxy = .server(host: proxy.host, port: proxy.port, authorization: authorization)
             }
             let log = ConnectionEventLog()
-            let client = HTTPClient(eventLoopGroup: self.eventLoop, configuration: configuration, backgroundActivityLogger: log.logger)
+            let client = HTTPClient(
+                eventLoopGroup: self.eventLoop,
+                configuration: configuration,
+                backgroundActivityLogger: self.configuration.recordsMetrics ? log.logger : Self.silentLogger
+            )
             clients[key] = (client, log)
             return (client, log)
         }

@@ -13,6 +13,8 @@ final class ConvertingDelegate: TransferSessionDataDelegate, TransferSessionDown
     private let latch = CompletionLatch()
     /// Called with the new download task (on the delegate queue).
     var onBecome: (@Sendable (TransferSessionDownloadTask) -> Void)?
+    /// How long the disposition waits (a delegate that decides after the body has arrived).
+    var dispositionDelay: Duration = .zero
 
     private func log(_ event: String) { self.lock.withLock { self.events.append(event) } }
 
@@ -20,7 +22,12 @@ final class ConvertingDelegate: TransferSessionDataDelegate, TransferSessionDown
     // same type, or this would not satisfy the protocol and the default would answer).
     func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didReceive response: URLResponse, completionHandler: @escaping @Sendable (TransferSession.ResponseDisposition) -> Void) {
         self.log("response \(dataTask.taskIdentifier)")
-        completionHandler(.becomeDownload)
+        guard self.dispositionDelay > .zero else { return completionHandler(.becomeDownload) }
+        let delay = self.dispositionDelay
+        Task {
+            try? await Task.sleep(for: delay)
+            completionHandler(.becomeDownload)
+        }
     }
 
     func urlSession(_ session: TransferSession, dataTask: TransferSessionDataTask, didReceive data: Data) {
@@ -72,6 +79,21 @@ struct BecomeDownloadTests {
         #expect(download.state == TransferSessionTask.State.completed && download.response != nil)
         #expect(download.originalRequest?.url == dataTask.originalRequest?.url)
         #expect(server.requestCount(forKey: "convert") == 1, "the same transfer went on, no second request")
+        try await server.shutdown()
+    }
+
+    @Test("A disposition decided after the whole body arrived still hands the transfer's end to the download")
+    func lateDisposition() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let delegate = ConvertingDelegate()
+        delegate.dispositionDelay = .milliseconds(300)
+        let session = TransferSession(configuration: .ephemeral, delegate: delegate, delegateQueue: nil)
+        defer { session.finishTasksAndInvalidate() }
+        session.dataTask(with: server.url("/file/late?size=20000&seed=6")).resume()
+        #expect(await delegate.completion() == nil)
+        let id = try #require(delegate.download?.taskIdentifier)
+        #expect(delegate.events == ["response 1", "become 1->\(id)", "finished \(id)", "complete \(id) 0"])
+        #expect(delegate.digest == TestContent.sha256Hex(size: 20_000, seed: 6))
         try await server.shutdown()
     }
 

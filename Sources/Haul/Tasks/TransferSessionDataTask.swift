@@ -238,31 +238,45 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
             }
             return
         }
-        let converted = self.inner.withLock { inner -> (TransferSessionDownloadTask, PartialFile, [TransactionRecord])? in
-            guard case .becameDownload(let download, let file, _) = inner.dataGate else { return nil }
-            return (download, file, inner.transactions)
+        // One look at the gate, under one lock: the delegate may decide the disposition (on its
+        // queue) at any moment, and a decision between two looks lost the completion or gave it
+        // to the wrong task.
+        enum Next {
+            case converted(TransferSessionDownloadTask, PartialFile, [TransactionRecord])
+            case deferred
+            case now
         }
-        if let (download, file, transactions) = converted {
+        let next = self.inner.withLock { inner -> Next in
+            switch inner.dataGate {
+            case .becameDownload(let download, let file, _):
+                return .converted(download, file, inner.transactions)
+            case .awaitingDisposition:
+                // Decided later: completing then goes the way the disposition chose (the data
+                // task's delegate, or the download it became).
+                inner.pendingCompletion = { self.deliverCompletion(error: error) }
+                return .deferred
+            case .open, .refused:
+                return .now
+            }
+        }
+        switch next {
+        case .converted(let download, let file, let transactions):
             file.close()
             // A write failure recorded on the download is its error.
             let failure = download.inner.withLock { $0.creationError }
             download.completeConversion(error: failure ?? error, transactions: transactions)
-            return
+        case .deferred:
+            break
+        case .now:
+            session.enqueueDelegateCall { _ in
+                self.report(metrics, to: session.delegateBox.value)
+                (session.delegateBox.value as? any TransferSessionTaskDelegate)?.urlSession(
+                    session,
+                    task: self,
+                    didCompleteWithError: error
+                )
+            }
         }
-        let deliver: @Sendable () -> Void = {
-            self.report(metrics, to: session.delegateBox.value)
-            (session.delegateBox.value as? any TransferSessionTaskDelegate)?.urlSession(
-                session,
-                task: self,
-                didCompleteWithError: error
-            )
-        }
-        let deferred = self.inner.withLock { inner -> Bool in
-            guard case .awaitingDisposition = inner.dataGate else { return false }
-            inner.pendingCompletion = deliver
-            return true
-        }
-        if !deferred { session.enqueueDelegateCall { _ in deliver() } }
     }
 }
 

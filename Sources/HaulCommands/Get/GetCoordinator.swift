@@ -110,6 +110,8 @@ final class GetCoordinator: @unchecked Sendable {
         // Like curl and wget: http_proxy, https_proxy and no_proxy apply.
         configuration.proxies = ProxySettings.fromEnvironment(ProcessInfo.processInfo.environment)
         configuration.tls.additionalTrustRoots = self.options.trustedCertificates
+        // Nothing shows task metrics: AsyncHTTPClient's logs stay off.
+        configuration.recordsMetrics = false
         // Without -k or --pinnedpubkey, default verification decides: no probe handshake.
         var trustHandler: ServerTrustGate.Handler?
         if self.options.insecure || !self.options.pinnedKeys.isEmpty {

@@ -92,6 +92,8 @@ public final class TransferCore: Sendable {
         // The pool may hold as many connections per host as the highest setting allows; the
         // scheduler and the engine's host limiter decide how many are used.
         engineConfiguration.connectionPoolSoftLimitPerHost = 64
+        // No client of the daemon is shown per-exchange timings.
+        engineConfiguration.recordsMetrics = false
         self.engine = TransferEngine(configuration: engineConfiguration)
         self.globalLimiter = BandwidthLimiter(bytesPerSecond: limits.globalSpeedLimit)
         self.state = Mutex(State(scheduler: TransferScheduler(limits: limits.scheduler)))

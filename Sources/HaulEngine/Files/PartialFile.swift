@@ -17,11 +17,12 @@ package struct PartialFile: Sendable {
     package let path: String
     private let descriptor: Int32
 
-    /// Opens (creating if needed) the file at `path` for writing, without truncating it.
+    /// Opens (creating if needed) the file at `path` for writing; `emptied`: cut to nothing in
+    /// the same call (a fresh download), else left as it is.
     ///
     /// - Throws: `URLError(.cannotCreateFile)` with the system's reason.
-    package static func open(path: String) throws(URLError) -> PartialFile {
-        let descriptor = Glibc.open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+    package static func open(path: String, emptied: Bool = false) throws(URLError) -> PartialFile {
+        let descriptor = Glibc.open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (emptied ? O_TRUNC : 0), 0o644)
         guard descriptor >= 0 else {
             throw URLError.fileSystem(.cannotCreateFile, "cannot create \(path)", errno: errno)
         }

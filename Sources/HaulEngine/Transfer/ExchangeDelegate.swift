@@ -156,8 +156,9 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
             let eventLoop = task.eventLoop
             let writer = FileBodyWriter(
                 open: { () throws(URLError) -> PartialFile in
-                    let file = try run.openFile(path: path)
-                    if truncateFile { try file.truncate(to: fileOffset) }
+                    // A fresh body empties the file as it is opened (one system call less).
+                    let file = try run.openFile(path: path, emptied: truncateFile && fileOffset == 0)
+                    if truncateFile, fileOffset > 0 { try file.truncate(to: fileOffset) }
                     // Other lanes write only once the file is cut where it had to be.
                     if let group { eventLoop.execute { group.fileIsReady() } }
                     return file
@@ -304,9 +305,12 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
 
 extension TransferRun {
     /// The partial file, opened on first use and kept open for the rest of the run.
-    func openFile(path: String) throws(URLError) -> PartialFile {
-        if let file = self.state.withLock({ $0.file }) { return file }
-        let file = try PartialFile.open(path: path)
+    func openFile(path: String, emptied: Bool = false) throws(URLError) -> PartialFile {
+        if let file = self.state.withLock({ $0.file }) {
+            if emptied { try file.truncate(to: 0) }
+            return file
+        }
+        let file = try PartialFile.open(path: path, emptied: emptied)
         self.state.withLock { $0.file = file }
         return file
     }

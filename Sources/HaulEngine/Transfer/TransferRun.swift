@@ -378,9 +378,11 @@ package final class TransferRun: Sendable {
         // per-host limit as it does for requests that require a particular loop.
         let decodes: Bool = if case .observer = self.destination { true } else { false }
         let (client, connectionLog, isProxied) = self.engine.client(for: request.url, decodes: decodes)
-        let probe = ExchangeLogProbe()
-        let task = client.execute(request: clientRequest, delegate: delegate, eventLoop: .indifferent, logger: probe.logger)
-        defer { self.recordTransaction(delegate.record, probe: probe, connectionLog: connectionLog, isProxied: isProxied) }
+        let probe = self.engine.configuration.recordsMetrics ? ExchangeLogProbe() : nil
+        let task = client.execute(request: clientRequest, delegate: delegate, eventLoop: .indifferent, logger: probe?.logger)
+        defer {
+            if let probe { self.recordTransaction(delegate.record, probe: probe, connectionLog: connectionLog, isProxied: isProxied) }
+        }
         let alreadyStopped = self.state.withLock { state -> Bool in
             state.currentTask = task
             return state.stopReason != nil
