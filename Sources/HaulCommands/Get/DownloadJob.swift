@@ -42,7 +42,7 @@ struct DownloadJob: Sendable {
     /// bytes are a prefix of the entity, written in order), after a clean stop exactly as much.
     /// A checkpoint that cannot be used is removed (the download starts over).
     func loadCheckpoint(reporter: ProgressReporter) -> ResumeData? {
-        guard let data = FileManager.default.contents(atPath: self.checkpointPath) else { return nil }
+        guard let data = Self.readCheckpointFile(self.checkpointPath) else { return nil }
         if let usable = self.usableCheckpoint(data, reporter: reporter) { return usable }
         unlink(self.checkpointPath)
         return nil
@@ -72,6 +72,25 @@ struct DownloadJob: Sendable {
             reporter.note("ignoring \(self.checkpointPath): \(error); starting over")
             return nil
         }
+    }
+
+    /// The bytes of a checkpoint file, or `nil` when there is none: usually there is none, and
+    /// the failed `open` is all it costs (Foundation's reader builds an error for it).
+    private static func readCheckpointFile(_ path: String) -> Data? {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 16 << 10)
+        // Resume data is small (at most ResumeData.maximumEncodedSize); read a little beyond it
+        // so that an oversized file is refused by the decoder, not cut.
+        while data.count <= ResumeData.maximumEncodedSize {
+            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { break }
+            data.append(contentsOf: buffer[0..<count])
+        }
+        return data
     }
 
     /// Records resume data atomically (write then rename), so a crash never leaves it torn.
