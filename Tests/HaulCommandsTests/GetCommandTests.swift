@@ -230,6 +230,24 @@ struct GetCommandTests {
         try await server.shutdown()
     }
 
+    @Test("Segmented downloads spread over the cores still share one per-host connection limit")
+    func segmentedDownloadsShareTheHostLimit() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        // Two files of 6 MB at 1.5 MB/s per connection: each would open up to -x 8 connections.
+        let urls = (0..<2).map { server.url("/file/seg\($0).bin?size=6000000&seed=\(70 + $0)&rate=1500000").absoluteString }
+        let result = try await HaulProcess.run(["get", "-j", "2", "-x", "8", "-d", directory.path] + urls, directory: directory)
+        #expect(result.status == 0, "\(result.standardError)")
+        for index in 0..<2 {
+            let path = directory.appendingPathComponent("seg\(index).bin").path
+            #expect(try TestContent.sha256Hex(ofFileAt: path) == TestContent.sha256Hex(size: 6_000_000, seed: UInt64(70 + index)))
+        }
+        // The limit is max(6, -j, -x) = 8 for the whole run, whatever the number of engines.
+        #expect(server.peakOpenConnections <= 8, "peak \(server.peakOpenConnections)")
+        #expect(server.peakOpenConnections >= 4, "both downloads were segmented")
+        try await server.shutdown()
+    }
+
     @Test("A corrupt checkpoint is reported and the download starts over")
     func corruptCheckpoint() async throws {
         let server = try await FaultInjectingHTTPServer.start()

@@ -101,11 +101,14 @@ final class GetCoordinator: @unchecked Sendable {
         self.requestHeaders = headers
     }
 
-    private func makeEngine() -> TransferEngine {
+    /// One of `shards` engines: the per-host connection limit is shared among them, so that
+    /// spreading the downloads over cores never opens more connections to a server.
+    private func makeEngine(shards: Int) -> TransferEngine {
         var configuration = TransferEngine.Configuration()
         configuration.idleTimeout = .milliseconds(Int64(self.options.idleTimeout * 1000))
         configuration.connectTimeout = .milliseconds(Int64(min(self.options.idleTimeout, 30) * 1000))
-        configuration.maximumConnectionsPerHost = max(6, self.options.parallelism, self.options.connectionsPerDownload)
+        let perHost = max(6, self.options.parallelism, self.options.connectionsPerDownload)
+        configuration.maximumConnectionsPerHost = (perHost + shards - 1) / shards
         configuration.maximumConnectionsPerDownload = max(1, self.options.connectionsPerDownload)
         // Like curl and wget: http_proxy, https_proxy and no_proxy apply.
         configuration.proxies = ProxySettings.fromEnvironment(ProcessInfo.processInfo.environment)
@@ -128,7 +131,7 @@ final class GetCoordinator: @unchecked Sendable {
     func run(urls: [URL]) async -> ExitStatus {
         let parallelism = self.options.parallelism
         let shards = max(1, min(parallelism, urls.count, System.coreCount))
-        let engines = (0..<shards).map { _ in self.makeEngine() }
+        let engines = (0..<shards).map { _ in self.makeEngine(shards: shards) }
         let signalSources = self.installInterruptHandler()
         self.reporter.start(totalFiles: urls.count)
         // A download that ends hands its engine to the next one: each engine keeps its share of
