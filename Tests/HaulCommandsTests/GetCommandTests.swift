@@ -218,7 +218,8 @@ struct GetCommandTests {
         let directory = try makeTemporaryDirectory()
         let urls = (0..<20).map { server.url("/file/part\($0).bin?size=\(50_000 + $0)&seed=\($0)&rate=2000000").absoluteString }
         let list = directory.appendingPathComponent("list.txt")
-        try ("# mirrors\n\n" + urls.joined(separator: "\n") + "\n").write(to: list, atomically: true, encoding: .utf8)
+        // Comments, blank lines, indentation and CRLF line ends (a list made on Windows).
+        try ("# mirrors\r\n\r\n" + urls.map { "  \($0)\t" }.joined(separator: "\r\n") + "\r\n").write(to: list, atomically: true, encoding: .utf8)
         let result = try await HaulProcess.run(["get", "-j", "4", "-i", list.path, "-d", directory.path], directory: directory)
         #expect(result.status == 0, "\(result.standardError)")
         for index in 0..<20 {

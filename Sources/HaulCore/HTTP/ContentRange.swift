@@ -47,7 +47,7 @@ extension Int64 {
 }
 
 extension StringProtocol {
-    func trimmingASCIIWhitespace() -> String {
+    package func trimmingASCIIWhitespace() -> String {
         let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\r" || $0 == "\n" }
         guard let start = self.firstIndex(where: { !isSpace($0) }) else { return "" }
         let end = self.lastIndex(where: { !isSpace($0) })!
