@@ -253,7 +253,7 @@ final class GetCoordinator: @unchecked Sendable {
                 }
             case .stopped(let point, let current):
                 if let point {
-                    job.saveCheckpoint(self.resumeData(job, url: current, point: point).encoded())
+                    self.record(self.resumeData(job, url: current, point: point), for: job)
                     self.reporter.note("\(job.displayName): interrupted; run the same command again to continue")
                 } else {
                     job.discardCheckpoint()
@@ -262,7 +262,7 @@ final class GetCoordinator: @unchecked Sendable {
             case .failed(let error, let status, let point, let current):
                 if self.interrupted {
                     if let point {
-                        job.saveCheckpoint(self.resumeData(job, url: current, point: point).encoded())
+                        self.record(self.resumeData(job, url: current, point: point), for: job)
                         self.reporter.note("\(job.displayName): interrupted; run the same command again to continue")
                     }
                     return .interrupted
@@ -276,7 +276,7 @@ final class GetCoordinator: @unchecked Sendable {
                 }
                 resume = point.map { self.resumeData(job, url: current, point: $0) }
                 if let resume {
-                    job.saveCheckpoint(resume.encoded())
+                    self.record(resume, for: job)
                     checkpointExists = true
                 } else {
                     job.discardCheckpoint()
@@ -301,6 +301,13 @@ final class GetCoordinator: @unchecked Sendable {
                 }
             }
         }
+    }
+
+    /// Writes `job`'s checkpoint; a segmented download's map names bytes anywhere in the file,
+    /// so the file goes to the disk first (a power cut must not leave a map claiming lost bytes).
+    private func record(_ resume: ResumeData, for job: DownloadJob) {
+        if resume.resumePoint.mapped == true { PartialFile.syncData(atPath: job.partialPath) }
+        job.saveCheckpoint(resume.encoded())
     }
 
     /// The checkpoint naming `point` of `job`'s partial file, to continue at `url` (the URL the
