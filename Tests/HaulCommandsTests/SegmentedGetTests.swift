@@ -34,9 +34,11 @@ struct SegmentedGetTests {
         #expect(segments.count >= 3, "\(server.requests.map { $0.header("Range") ?? "-" })")
         #expect(segments.allSatisfy { $0.header("If-Range") == "\"plain.bin-\(Self.size)-61\"" })
         // Bytes sent twice come only from the end game, which copies a remainder too small to
-        // split (under two 1 MiB segments) and cancels the copy that loses: on a loaded machine
-        // (every lane looks slow) that can be one such remainder, never the file again.
-        #expect(server.bodyBytesSent(forKey: "plain.bin") <= Self.size + (2 << 20), "sent \(server.bodyBytesSent(forKey: "plain.bin")) for \(Self.size)")
+        // split (under two 1 MiB segments) and cancels the copy that loses. Unloaded, that is
+        // a few hundred KB (12.60–12.66 MB sent for 12.58); on a starved machine every lane
+        // looks slow and each of the other three connections may copy one remainder (15.4 MB
+        // seen in CI, 13.0 under two busy loops) — never the file again.
+        #expect(server.bodyBytesSent(forKey: "plain.bin") <= Self.size + 3 * (2 << 20), "sent \(server.bodyBytesSent(forKey: "plain.bin")) for \(Self.size)")
         // Four at most, plus one the client already closed (an end-game copy that lost) that
         // the server has not seen close yet when the next one opens.
         #expect(server.peakOpenConnections <= 5)
