@@ -39,6 +39,22 @@ struct GetCommandTests {
         try await server.shutdown()
     }
 
+    @Test("The haul program links no FoundationNetworking: no libcurl and its libraries loaded at every start")
+    func noFoundationNetworking() throws {
+        let ldd = Process()
+        ldd.executableURL = URL(fileURLWithPath: "/usr/bin/ldd")
+        ldd.arguments = [HaulProcess.executable.path]
+        let output = Pipe()
+        ldd.standardOutput = output
+        try ldd.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        ldd.waitUntilExit()
+        #expect(ldd.terminationStatus == 0, "\(text)")
+        #expect(text.contains("libc.so"), "ldd listed the libraries: \(text)")
+        #expect(!text.contains("FoundationNetworking"), "\(text)")
+        #expect(!text.contains("libcurl"), "\(text)")
+    }
+
     @Test("Content-Disposition names are used, sanitised, and never overwrite an existing file")
     func namingAndNoOverwrite() async throws {
         let server = try await FaultInjectingHTTPServer.start()
