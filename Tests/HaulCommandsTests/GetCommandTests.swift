@@ -80,7 +80,9 @@ struct GetCommandTests {
         let server = try await FaultInjectingHTTPServer.start()
         let directory = try makeTemporaryDirectory()
         let size: Int64 = 6_000_000
-        let url = server.url("/file/big.iso?size=\(size)&seed=41&rate=3000000").absoluteString
+        // The first request stalls after 3 MB: the download is surely still running when the test
+        // looks (a paced one could finish while a loaded machine kept the test from looking).
+        let url = server.url("/file/big.iso?size=\(size)&seed=41&stallAfter=3000000").absoluteString
         // One connection: this is about a download written in order (segmented ones have tests of their own).
         let first = HaulProcess(["get", "-x", "1", url], directory: directory)
         try first.start()

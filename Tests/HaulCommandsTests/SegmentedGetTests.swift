@@ -109,7 +109,9 @@ struct SegmentedGetTests {
         let server = try await FaultInjectingHTTPServer.start()
         let directory = try makeTemporaryDirectory()
         let size: Int64 = 24 << 20
-        let url = server.url("/file/crash.bin?size=\(size)&seed=67&rate=3000000").absoluteString
+        // Every response holds after 3 MB until the gate opens: the first run cannot finish
+        // before the test has seen its map, however loaded the machine.
+        let url = server.url("/file/crash.bin?size=\(size)&seed=67&rate=3000000&gate=crash&holdAfter=3000000").absoluteString
         let first = HaulProcess(["get", "-x", "4", url], directory: directory)
         try first.start()
         let checkpoint = directory.appendingPathComponent("crash.bin.haul-resume").path
@@ -125,6 +127,7 @@ struct SegmentedGetTests {
         _ = await first.wait()
         let sentBefore = server.bodyBytesSent(forKey: "crash.bin")
         let requestsBefore = server.requests.count
+        server.openGate("crash")
 
         let second = try await HaulProcess.run(["get", "-x", "4", url], directory: directory)
         #expect(second.status == 0, "\(second.standardError)")
@@ -146,7 +149,8 @@ struct SegmentedGetTests {
         let server = try await FaultInjectingHTTPServer.start()
         let directory = try makeTemporaryDirectory()
         let size: Int64 = 24 << 20
-        let url = server.url("/file/pause.bin?size=\(size)&seed=68&rate=3000000").absoluteString
+        // Held after 3 MB per response until the gate opens (see crashKeepsTheMap).
+        let url = server.url("/file/pause.bin?size=\(size)&seed=68&rate=3000000&gate=pause&holdAfter=3000000").absoluteString
         let first = HaulProcess(["get", "-x", "4", url], directory: directory)
         try first.start()
         #expect(await waitUntil { server.bodyBytesSent(forKey: "pause.bin") > 6 << 20 })
@@ -158,6 +162,7 @@ struct SegmentedGetTests {
         let point = try #require(object["resumePoint"] as? [String: Any])
         #expect(point["mapped"] as? Bool == true)
         let sentBefore = server.bodyBytesSent(forKey: "pause.bin")
+        server.openGate("pause")
 
         let second = try await HaulProcess.run(["get", "-x", "4", url], directory: directory)
         #expect(second.status == 0, "\(second.standardError)")
