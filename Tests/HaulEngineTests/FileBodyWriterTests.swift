@@ -182,6 +182,26 @@ struct FileBodyWriterTests {
         #expect(reported.calls == 1, "open and write in one job: one report")
         #expect(PartialFile.size(at: path) == Int64(16 * 1024))
 
+        // A large first batch: the creation thread only opens; the write threads write it.
+        let largePath = self.temporaryPath()
+        defer { try? FileManager.default.removeItem(atPath: largePath) }
+        let largeOpens = ReportedBytes()
+        let large = try await self.eventLoop.submit {
+            FileBodyWriter(
+                open: { () throws(URLError) -> PartialFile in
+                    largeOpens.add(Thread.current.name == "TP-#0" ? 1 : 0, sizeOnDisk: 0)
+                    return try PartialFile.open(path: largePath)
+                },
+                offset: 0,
+                eventLoop: self.eventLoop
+            ) { _ in }
+        }.get()
+        let chunks = self.chunks(count: 60)
+        _ = try await self.feed(large, chunks)
+        #expect(await large.drain() == nil)
+        #expect(largeOpens.calls == 1 && largeOpens.total == 1)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: largePath)) == self.expectedBytes(chunks))
+
         let emptyPath = self.temporaryPath()
         defer { try? FileManager.default.removeItem(atPath: emptyPath) }
         let empty = try await self.eventLoop.submit {

@@ -14,8 +14,9 @@ import NIOPosix
 /// exchange waits on before reading more, so a slow disk slows the sender (TCP back-pressure)
 /// instead of filling memory.
 ///
-/// The file is opened (and cut to the resume offset) by the writer's first job, with the first
-/// batch: one thread hop for a small file, however it ends. That job runs on
+/// The file is opened (and cut to the resume offset) by the writer's first job, together with a
+/// first batch of up to 64 KiB: one thread hop for a small file, however it ends (a larger first
+/// batch goes to the write threads after the open). That job runs on
 /// ``FileBodyWriter/namespacePool`` — one thread for every file creation of the process, since
 /// creating files in one directory serializes on its lock in the kernel anyway, and threads
 /// that contend for it only spin (measured with 16 downloads of small files at once: a third of
@@ -124,6 +125,8 @@ package final class FileBodyWriter: @unchecked Sendable {
     /// calls on a fast network), or until ``flushDelay`` passed (progress on a slow one).
     static let minimumBatchBytes = 256 << 10
     static let flushDelay = TimeAmount.milliseconds(5)
+    /// The largest first batch the creation thread writes together with the open.
+    static let maximumFirstBatchOnCreationThread = 64 << 10
 
     /// Hands the queued buffers to a write when there are enough, or when `force`; otherwise
     /// makes sure a flush comes within ``flushDelay``. The first job opens the file (even with
@@ -144,8 +147,12 @@ package final class FileBodyWriter: @unchecked Sendable {
         }
         self.flushTimer?.cancel()
         self.flushTimer = nil
-        let batch = self.queued
-        self.queued.removeAll(keepingCapacity: true)
+        // The creation thread writes a small first batch (a small file in one hop); a larger
+        // one waits for the write threads, so that one slow disk write cannot hold up every
+        // other download's file creation behind it.
+        let opensOnly = opening != nil && queuedBytes > Self.maximumFirstBatchOnCreationThread
+        let batch = opensOnly ? [] : self.queued
+        if !opensOnly { self.queued.removeAll(keepingCapacity: true) }
         let offset = self.nextOffset
         let count = batch.reduce(0) { $0 + $1.readableBytes }
         self.nextOffset += Int64(count)
