@@ -253,7 +253,14 @@ public class TransferSessionDataTask: TransferSessionTask, @unchecked Sendable {
             case .awaitingDisposition:
                 // Decided later: completing then goes the way the disposition chose (the data
                 // task's delegate, or the download it became).
-                inner.pendingCompletion = { self.deliverCompletion(error: error) }
+                // A `.cancel` decided after the body ended still completes the task as cancelled.
+                inner.pendingCompletion = {
+                    let refused = self.inner.withLock { inner -> Bool in
+                        if case .refused = inner.dataGate { return true }
+                        return false
+                    }
+                    self.deliverCompletion(error: refused ? URLError(.cancelled) : error)
+                }
                 return .deferred
             case .open, .refused:
                 return .now
