@@ -21,7 +21,9 @@ struct SegmentedDownloadTests {
     func segmentedAndResumed() async throws {
         let env = try await TestEnvironment.make { $0.haulMaximumConnectionsPerDownload = 4 }
         let size: Int64 = 16 << 20
-        let task = env.session.downloadTask(with: env.server.url("/file/seg?size=\(size)&seed=72&rate=2000000"))
+        // Every response holds after 2 MB until the gate opens: the download cannot end before
+        // the test has looked, however loaded the machine.
+        let task = env.session.downloadTask(with: env.server.url("/file/seg?size=\(size)&seed=72&rate=2000000&gate=seg&holdAfter=2000000"))
         task.resume()
         // Several connections at work, mid-download (polled: a loaded test run can make one
         // look take long, and the check must not land after the last lane ended).
@@ -33,6 +35,7 @@ struct SegmentedDownloadTests {
         #expect(point["mapped"] as? Bool == true, "\(point)")
         let sentBefore = env.server.bodyBytesSent(forKey: "seg")
         let requestsBefore = env.server.requests.count
+        env.server.openGate("seg")
         let resumePoint = try ResumeData.decode(data).resumePoint
         let done = resumePoint.done
         let resumed = env.session.downloadTask(withResumeData: data)
