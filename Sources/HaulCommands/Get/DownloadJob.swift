@@ -93,10 +93,13 @@ struct DownloadJob: Sendable {
         return data
     }
 
-    /// Records resume data atomically (write then rename), so a crash never leaves it torn.
-    func saveCheckpoint(_ data: Data) {
+    /// Records `resume` atomically (write then rename), so a crash never leaves it torn. A
+    /// segmented download's map names bytes anywhere in the file: the file goes to the disk
+    /// first, so a power cut never leaves a map claiming bytes that were lost. Blocks.
+    func saveCheckpoint(_ resume: ResumeData) {
+        if resume.resumePoint.mapped == true { PartialFile.syncData(atPath: self.partialPath) }
         let temporary = self.checkpointPath + ".tmp"
-        if FileManager.default.createFile(atPath: temporary, contents: data) {
+        if FileManager.default.createFile(atPath: temporary, contents: resume.encoded()) {
             _ = rename(temporary, self.checkpointPath)
         }
     }

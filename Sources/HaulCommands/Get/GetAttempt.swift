@@ -27,21 +27,25 @@ final class GetAttempt: TransferRunObserver, @unchecked Sendable {
     /// Whether this attempt wrote its crash checkpoint already (one is enough for a download
     /// written in order: the file's size says the rest).
     private var checkpointed = false
+    /// Whether the download keeps a map of finished ranges (segmented now or in an earlier
+    /// attempt): then every due point is recorded, since its file's size says nothing.
+    private var mapped: Bool
     /// Whether any checkpoint of this job was written, by this attempt or an earlier one: only
     /// then is there one to remove.
     private(set) var wroteCheckpoint = false
     /// The response the body comes with.
     private(set) var response: ResponseInfo?
 
-    init(id: Int, job: DownloadJob, requestHeaders: HTTPHeaderFields, reporter: ProgressReporter, checkpoints: DispatchQueue) {
+    init(id: Int, job: DownloadJob, requestHeaders: HTTPHeaderFields, resumesMap: Bool, reporter: ProgressReporter, checkpoints: DispatchQueue) {
         self.id = id
+        self.mapped = resumesMap
         self.job = job
         self.requestHeaders = requestHeaders
         self.reporter = reporter
         self.checkpoints = checkpoints
         self.showsProgress = reporter.mode != .quiet
         self.cadence = CheckpointCadence(
-            bytes: GetCoordinator.crashCheckpointBytes,
+            bytes: resumesMap ? GetCoordinator.segmentedCheckpointBytes : GetCoordinator.crashCheckpointBytes,
             interval: GetCoordinator.crashCheckpointInterval,
             now: GetCoordinator.monotonicNow()
         )
@@ -67,10 +71,13 @@ final class GetAttempt: TransferRunObserver, @unchecked Sendable {
     func transferRun(_ run: TransferRun, didWrite byteCount: Int, totalOnDisk: Int64, expectedTotal: Int64?) {
         // A segmented download records its map at every due point (its file's size says
         // nothing); one written in order needs one checkpoint.
+        // Only the connection count is read per write; the resume point is built when due.
         let connections = run.connectionCount
-        let segmented = connections > 1 || run.currentResumePoint?.mapped == true
-        if !self.checkpointed || segmented {
-            if segmented { self.cadence.bytes = GetCoordinator.segmentedCheckpointBytes }
+        if connections > 1, !self.mapped {
+            self.mapped = true
+            self.cadence.bytes = GetCoordinator.segmentedCheckpointBytes
+        }
+        if !self.checkpointed || self.mapped {
             if self.cadence.isDue(total: totalOnDisk, now: GetCoordinator.monotonicNow()) {
                 self.checkpointed = true
                 self.writeCheckpoint(run, bytes: totalOnDisk, expected: expectedTotal)
@@ -106,10 +113,8 @@ final class GetAttempt: TransferRunObserver, @unchecked Sendable {
     private func writeCheckpoint(_ run: TransferRun, bytes: Int64, expected: Int64?) {
         guard let response = self.response else { return }
         let point: ResumePoint
-        let mapped: Bool
         if let current = run.currentResumePoint, current.mapped == true {
             point = current
-            mapped = true
         } else {
             guard RangeResumeRules.notResumableReason(method: "GET", status: response.statusCode, headers: response.headers) == nil
                 || response.statusCode == 206
@@ -117,23 +122,17 @@ final class GetAttempt: TransferRunObserver, @unchecked Sendable {
             let validators = EntityValidators(headers: response.headers)
             guard validators.ifRangeValue != nil else { return }
             point = ResumePoint(offset: bytes, validators: validators, entityLength: expected)
-            mapped = false
         }
         self.wroteCheckpoint = true
-        let data = ResumeData(
+        let resume = ResumeData(
             url: response.url,
             originalURL: self.job.url,
             requestHeaders: self.requestHeaders,
             partialFilePath: self.job.partialPath,
             resumePoint: point
-        ).encoded()
+        )
         let job = self.job
-        self.checkpoints.async {
-            // A segmented download: the bytes its map names go to the disk before the map does,
-            // so a crash at any moment leaves a map that claims only synced bytes.
-            if mapped { PartialFile.syncData(atPath: job.partialPath) }
-            job.saveCheckpoint(data)
-        }
+        self.checkpoints.async { job.saveCheckpoint(resume) }
     }
 
     /// Waits until the checkpoints queued by this attempt are written (before the coordinator

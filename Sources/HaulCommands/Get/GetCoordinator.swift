@@ -88,6 +88,8 @@ final class GetCoordinator: @unchecked Sendable {
     private let checkpoints = DispatchQueue(label: "haul.get.checkpoints")
     /// The request headers every download sends.
     private let requestHeaders: HTTPHeaderFields
+    /// The `-H` headers, as checkpoints record them (a later run sends them again).
+    private let checkpointHeaders: HTTPHeaderFields
     let reporter: ProgressReporter
 
     init(options: Options) {
@@ -95,6 +97,7 @@ final class GetCoordinator: @unchecked Sendable {
         self.reporter = ProgressReporter(mode: options.output)
         var headers = HTTPHeaderFields()
         for (name, value) in options.headers { headers.add(name: name, value: value) }
+        self.checkpointHeaders = headers
         if !headers.contains("User-Agent") { headers.add(name: "User-Agent", value: Self.userAgent) }
         // A download saves the representation as the server stores it, like wget.
         if !headers.contains("Accept-Encoding") { headers.add(name: "Accept-Encoding", value: "identity") }
@@ -253,7 +256,7 @@ final class GetCoordinator: @unchecked Sendable {
                 }
             case .stopped(let point, let current):
                 if let point {
-                    self.record(self.resumeData(job, url: current, point: point), for: job)
+                    job.saveCheckpoint(self.resumeData(job, url: current, point: point))
                     self.reporter.note("\(job.displayName): interrupted; run the same command again to continue")
                 } else {
                     job.discardCheckpoint()
@@ -262,7 +265,7 @@ final class GetCoordinator: @unchecked Sendable {
             case .failed(let error, let status, let point, let current):
                 if self.interrupted {
                     if let point {
-                        self.record(self.resumeData(job, url: current, point: point), for: job)
+                        job.saveCheckpoint(self.resumeData(job, url: current, point: point))
                         self.reporter.note("\(job.displayName): interrupted; run the same command again to continue")
                     }
                     return .interrupted
@@ -276,7 +279,7 @@ final class GetCoordinator: @unchecked Sendable {
                 }
                 resume = point.map { self.resumeData(job, url: current, point: $0) }
                 if let resume {
-                    self.record(resume, for: job)
+                    job.saveCheckpoint(resume)
                     checkpointExists = true
                 } else {
                     job.discardCheckpoint()
@@ -303,20 +306,13 @@ final class GetCoordinator: @unchecked Sendable {
         }
     }
 
-    /// Writes `job`'s checkpoint; a segmented download's map names bytes anywhere in the file,
-    /// so the file goes to the disk first (a power cut must not leave a map claiming lost bytes).
-    private func record(_ resume: ResumeData, for job: DownloadJob) {
-        if resume.resumePoint.mapped == true { PartialFile.syncData(atPath: job.partialPath) }
-        job.saveCheckpoint(resume.encoded())
-    }
-
     /// The checkpoint naming `point` of `job`'s partial file, to continue at `url` (the URL the
     /// last response came from, after redirects).
     private func resumeData(_ job: DownloadJob, url: URL, point: ResumePoint) -> ResumeData {
         ResumeData(
             url: url,
             originalURL: job.url,
-            requestHeaders: HTTPHeaderFields(self.options.headers.map { ($0.0, $0.1) }),
+            requestHeaders: self.checkpointHeaders,
             partialFilePath: job.partialPath,
             resumePoint: point
         )
@@ -359,7 +355,10 @@ final class GetCoordinator: @unchecked Sendable {
             self.nextAttemptID += 1
             return self.nextAttemptID
         }
-        let attempt = GetAttempt(id: id, job: job, requestHeaders: HTTPHeaderFields(self.options.headers.map { ($0.0, $0.1) }), reporter: self.reporter, checkpoints: self.checkpoints)
+        let attempt = GetAttempt(
+            id: id, job: job, requestHeaders: self.checkpointHeaders, resumesMap: resume?.mapped == true,
+            reporter: self.reporter, checkpoints: self.checkpoints
+        )
         let run = TransferRun(
             engine: engine,
             request: request,
