@@ -35,6 +35,16 @@ let staticProgramSettings: [LinkerSetting] = [
     ),
 ]
 
+// The daemon links its Swift libraries dynamically (FoundationNetworking has no static libcurl
+// here) but takes the same two loader savings as `haul`: packed relative relocations and no
+// exported symbol table.
+let daemonProgramSettings: [LinkerSetting] = [
+    .unsafeFlags(
+        ["-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs", "-Xlinker", "--no-export-dynamic"],
+        .when(platforms: [.linux], configuration: .release)
+    ),
+]
+
 let package = Package(
     name: "Haul",
     platforms: [.macOS(.v15)],
@@ -146,7 +156,8 @@ let package = Package(
                 "HaulDaemon",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
-            swiftSettings: strictSettings
+            swiftSettings: strictSettings,
+            linkerSettings: daemonProgramSettings
         ),
         // Everything the `haul` command does; the executable only calls into it. Not the Haul
         // library: `haul get` runs on the engine itself, and the program stays free of
