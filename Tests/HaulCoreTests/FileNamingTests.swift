@@ -25,6 +25,15 @@ struct FileNamingTests {
         #expect(FileNaming.suggestedFilename(contentDisposition: "attachment", url: URL(string: "http://h/x.iso")!) == "x.iso")
     }
 
+    @Test func lastComponentOfTheURLPath() {
+        #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: URL(string: "http://h/a/b/c.tar.gz")!) == "c.tar.gz")
+        #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: URL(string: "http://h/dir/sub//")!) == "sub")
+        #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: URL(string: "http://h/%C3%A9t%C3%A9.txt")!) == "été.txt")
+        #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: URL(string: "http://h/caf%C3%A9/m%C3%BCsli")!) == "müsli")
+        #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: URL(string: "http://h")!) == "index.html")
+        #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: URL(string: "http://h///")!) == "index.html")
+    }
+
     @Test("Hostile names cannot escape or hide", arguments: [
         ("../../etc/passwd", "passwd"),
         ("/etc/shadow", "shadow"),

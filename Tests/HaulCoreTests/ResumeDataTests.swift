@@ -87,6 +87,21 @@ struct HTTPPiecesTests {
         #expect(RangeResumeRules.notResumableReason(method: "GET", status: 200, headers: HTTPHeaderFields([("Accept-Ranges", "bytes")])) == .noValidator)
         #expect(RangeResumeRules.notResumableReason(method: "GET", status: 200, headers: HTTPHeaderFields([("ETag", "\"a\""), ("Accept-Ranges", "none")])) == .rangesNotAccepted)
         #expect(RangeResumeRules.notResumableReason(method: "GET", status: 404, headers: good) == .notSuccessful)
+        // `Accept-Ranges` is a list of tokens, any case, spaces around commas; one header or several.
+        for value in ["BYTES", " none , Bytes\t", "x-custom,bytes"] {
+            let headers = HTTPHeaderFields([("ETag", "\"a\""), ("Accept-Ranges", value)])
+            #expect(RangeResumeRules.notResumableReason(method: "GET", status: 200, headers: headers) == nil, "\(value)")
+        }
+        for value in ["bytesx", "byte", "by tes", "", ",", "none"] {
+            let headers = HTTPHeaderFields([("ETag", "\"a\""), ("Accept-Ranges", value)])
+            #expect(RangeResumeRules.notResumableReason(method: "GET", status: 200, headers: headers) == .rangesNotAccepted, "\(value)")
+        }
+        let twoHeaders = HTTPHeaderFields([("ETag", "\"a\""), ("Accept-Ranges", "none"), ("Accept-Ranges", "bytes")])
+        #expect(RangeResumeRules.notResumableReason(method: "GET", status: 200, headers: twoHeaders) == nil)
+        // A strong tag is quoted at both ends; `"` alone is not one.
+        #expect(EntityValidators(entityTag: "\"").ifRangeValue == nil)
+        #expect(EntityValidators(entityTag: "\"\"").ifRangeValue == "\"\"")
+        #expect(EntityValidators(entityTag: "abc").ifRangeValue == nil)
     }
 
     @Test func httpDates() {

@@ -23,7 +23,8 @@ public struct EntityValidators: Sendable, Hashable, Codable {
     /// Whether the entity tag is a strong one (no `W/` prefix), as `If-Range` requires.
     public var hasStrongEntityTag: Bool {
         guard let tag = self.entityTag else { return false }
-        return !tag.hasPrefix("W/") && tag.hasPrefix("\"") && tag.hasSuffix("\"") && tag.count >= 2
+        let bytes = tag.utf8
+        return bytes.count >= 2 && bytes.first == UInt8(ascii: "\"") && bytes.last == UInt8(ascii: "\"")
     }
 
     /// The value to send in `If-Range`: the strong entity tag, else `Last-Modified`, else `nil`

@@ -24,15 +24,31 @@ public enum RangeResumeRules {
         guard status == 200 || status == 206 else { return .notSuccessful }
         if EntityValidators(headers: headers).ifRangeValue == nil { return .noValidator }
         if status == 206 { return nil }
-        let acceptRanges = headers.values(for: "Accept-Ranges")
-            .flatMap { $0.split(separator: ",") }
-            .map { $0.trimmingASCIIWhitespace().lowercased() }
-        guard acceptRanges.contains("bytes") else { return .rangesNotAccepted }
+        guard headers.values(for: "Accept-Ranges").contains(where: { Self.listNamesBytes($0) }) else {
+            return .rangesNotAccepted
+        }
         if headers["Content-Encoding"].map({ $0.lowercased() != "identity" }) == true, headers["Content-Length"] == nil {
             // A compressed body of unknown length cannot be checked for completeness on resume.
             return .rangesNotAccepted
         }
         return nil
+    }
+
+    /// Whether a comma-separated header value lists the token `bytes` (any case, optional
+    /// whitespace around each element), read on the UTF-8 bytes without building strings.
+    static func listNamesBytes(_ value: String) -> Bool {
+        let token = Array("bytes".utf8)
+        var bytes = value.utf8[...]
+        while !bytes.isEmpty {
+            let element = bytes.prefix(while: { $0 != UInt8(ascii: ",") })
+            bytes = bytes[element.endIndex...].dropFirst()
+            let trimmed = element.drop(while: { $0 == 0x20 || $0 == 0x09 }).reversed().drop(while: { $0 == 0x20 || $0 == 0x09 })
+            if trimmed.count == token.count,
+               zip(trimmed.reversed(), token).allSatisfy({ ($0 | 0x20) == $1 }) {
+                return true
+            }
+        }
+        return false
     }
 
     /// The headers that ask for the rest of the entity after `point`: `Range` and `If-Range`.

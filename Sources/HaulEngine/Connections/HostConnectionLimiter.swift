@@ -50,10 +50,20 @@ package final class HostConnectionLimiter: Sendable {
     ///
     /// - Throws: `CancellationError` when the calling task is cancelled while waiting.
     package func acquire(host: String) async throws {
-        let id = self.state.withLock { state -> UInt64 in
+        // A free slot is taken without suspending: a suspension would resume the task on its
+        // executor's next turn (an event loop tick) and cost a task switch per request.
+        let id = try self.state.withLock { state throws(CancellationError) -> UInt64? in
+            if Task.isCancelled { throw CancellationError() }
+            var entry = state.hosts[host, default: HostState()]
+            if entry.inUse < state.limit, entry.waiters.isEmpty {
+                entry.inUse += 1
+                state.hosts[host] = entry
+                return nil
+            }
             state.nextID += 1
             return state.nextID
         }
+        guard let id else { return }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let outcome: Result<Bool, any Error> = self.state.withLock { state in

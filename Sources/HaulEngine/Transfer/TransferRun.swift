@@ -215,7 +215,11 @@ package final class TransferRun: Sendable {
 
             switch result {
             case .completed(let response, let total):
-                await self.finishCaching(request: request, response: response)
+                // Engines without a response cache (haul get, hauld) skip the call: even an
+                // empty async call is a task switch (~5,000 instructions a download).
+                if self.engine.responseCache != nil {
+                    await self.finishCaching(request: request, response: response)
+                }
                 return .completed(response: response, bytesOnDisk: total)
             case .notModified(let response):
                 return self.completeRevalidation(response, requestTime: requestTime)
