@@ -24,6 +24,27 @@ struct ResumeDataTests {
         #expect(text.contains("\"version\":1"), "versioned")
     }
 
+    @Test func datesAreWrittenAsJSONEncoderWritesThemAndReadInEveryISOForm() throws {
+        let foundation = JSONEncoder()
+        foundation.dateEncodingStrategy = .iso8601
+        for seconds in [0, 1_700_000_000, 951_782_400 /* 29 Feb 2000 */, 4_102_444_799, 1_700_000_000.75] as [Double] {
+            let date = Date(timeIntervalSince1970: seconds)
+            let expected = String(decoding: try foundation.encode([date]), as: UTF8.self)
+            #expect("[\"\(UTCTimestamp.iso8601(date))\"]" == expected)
+            #expect(UTCTimestamp.parseISO8601(UTCTimestamp.iso8601(date)) == Date(timeIntervalSince1970: seconds.rounded(.down)))
+        }
+        for bad in ["2023-02-29T00:00:00Z", "2023-13-01T00:00:00Z", "2023-11-14T24:00:00Z", "2023-11-14 22:13:20Z", "2023-11-14T22:13:20"] {
+            #expect(UTCTimestamp.parseISO8601(bad) == nil, "\(bad)")
+        }
+        // Resume data whose date another writer gave an offset still loads.
+        let text = String(decoding: self.sample().encoded(), as: UTF8.self)
+        #expect(text.contains("\"createdAt\":\"2023-11-14T22:13:20Z\""))
+        let offset = text.replacingOccurrences(of: "2023-11-14T22:13:20Z", with: "2023-11-14T23:13:20+01:00")
+        #expect(try ResumeData.decode(Data(offset.utf8)).createdAt == Date(timeIntervalSince1970: 1_700_000_000))
+        let garbage = text.replacingOccurrences(of: "2023-11-14T22:13:20Z", with: "yesterday")
+        #expect(throws: ResumeDataError.self) { try ResumeData.decode(Data(garbage.utf8)) }
+    }
+
     @Test("Foreign or corrupt bytes are refused with a reason", arguments: [
         ("", ResumeDataError.empty),
         ("not json", .notResumeData),

@@ -48,6 +48,49 @@ public struct UTCTimestamp: Sendable, Hashable {
         }
     }
 
+    /// `2026-11-23T10:15:00Z`: what `JSONEncoder`'s `.iso8601` writes, without the calendar and
+    /// time zone machinery it brings up (ICU's time zone data: ~0.7 MiB resident in `haul get`).
+    public static func iso8601(_ date: Date) -> String {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(20)
+        UTCTimestamp(date, wholeSeconds: true).write(to: &bytes, separator: UInt8(ascii: "T"), milliseconds: false)
+        bytes.append(UInt8(ascii: "Z"))
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The instant `text` names when it is exactly `yyyy-MM-ddTHH:mm:ssZ` (what ``iso8601(_:)``
+    /// writes); `nil` for anything else, including real dates in other ISO 8601 forms.
+    public static func parseISO8601(_ text: String) -> Date? {
+        let bytes = Array(text.utf8)
+        guard bytes.count == 20, bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"),
+              bytes[10] == UInt8(ascii: "T"), bytes[13] == UInt8(ascii: ":"), bytes[16] == UInt8(ascii: ":"),
+              bytes[19] == UInt8(ascii: "Z")
+        else { return nil }
+        func number(_ range: Range<Int>) -> Int? {
+            var value = 0
+            for byte in bytes[range] {
+                guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+                value = value * 10 + Int(byte - UInt8(ascii: "0"))
+            }
+            return value
+        }
+        guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
+              let hour = number(11..<13), let minute = number(14..<16), let second = number(17..<19),
+              (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 60
+        else { return nil }
+        var parts = tm()
+        parts.tm_year = Int32(year - 1900)
+        parts.tm_mon = Int32(month - 1)
+        parts.tm_mday = Int32(day)
+        parts.tm_hour = Int32(hour)
+        parts.tm_min = Int32(minute)
+        parts.tm_sec = Int32(second)
+        let seconds = timegm(&parts)
+        // timegm normalises 31 Feb to 3 Mar: such a date is not one.
+        guard parts.tm_mday == Int32(day), parts.tm_mon == Int32(month - 1) else { return nil }
+        return Date(timeIntervalSince1970: TimeInterval(seconds))
+    }
+
     /// `value` in exactly `count` digits; a value that does not fit is written whole.
     private static func digits(_ value: Int, _ count: Int, into bytes: inout [UInt8]) {
         let limit = count == 4 ? 10_000 : count == 3 ? 1_000 : 100

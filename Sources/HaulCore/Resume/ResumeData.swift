@@ -50,7 +50,11 @@ public struct ResumeData: Sendable, Hashable, Codable {
     public func encoded() -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .iso8601
+        // The text `.iso8601` writes, formatted by hand (`.iso8601` loads ICU's time zones).
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(UTCTimestamp.iso8601(date))
+        }
         // Encoding plain value types into JSON cannot fail.
         return try! encoder.encode(self)
     }
@@ -69,7 +73,15 @@ public struct ResumeData: Sendable, Hashable, Codable {
         guard let version = object["version"] as? Int else { throw .notResumeData }
         guard version <= currentVersion, version >= 1 else { throw .unsupportedVersion(version) }
         let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            let text = try container.decode(String.self)
+            // What Haul writes, read by hand; any other ISO 8601 form through Foundation.
+            if let date = UTCTimestamp.parseISO8601(text) ?? (try? Date.ISO8601FormatStyle().parse(text)) {
+                return date
+            }
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "not an ISO 8601 date: \(text)")
+        }
         let value: ResumeData
         do {
             value = try decoder.decode(ResumeData.self, from: data)
