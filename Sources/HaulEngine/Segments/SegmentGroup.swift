@@ -126,11 +126,12 @@ final class SegmentGroup: @unchecked Sendable {
 
     private var now: Double { Double((NIODeadline.now() - self.origin).nanoseconds) / 1e9 }
 
-    /// The bytes an extra lane may have waiting for the disk before it stops reading: the
-    /// download's lanes share about 8 MiB (16 lanes: 512 KiB each), so a segmented download
-    /// holds no more than a few single ones would.
+    /// The bytes a lane (the first connection too) may have waiting for the disk before it stops
+    /// reading: the download's lanes share 2 MiB (16 lanes: 128 KiB each, batches of 64 KiB),
+    /// as much as one single download holds. Measured on 1 GiB from loopback nginx: 4 MiB
+    /// shared made no faster download (median 1.05 s vs 1.03 s) and ~2 MiB more resident.
     var laneBufferLimit: Int {
-        max(256 << 10, (4 << 20) / max(1, self.budget * self.sources.count))
+        max(128 << 10, (2 << 20) / max(1, self.budget * self.sources.count))
     }
 
     /// The bytes on disk (a snapshot, any thread).

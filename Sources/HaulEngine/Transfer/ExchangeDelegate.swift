@@ -165,7 +165,10 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                 },
                 offset: fileOffset,
                 eventLoop: task.eventLoop,
-                pool: run.engine.fileIOPool
+                pool: run.engine.fileIOPool,
+                // A segmented download's first connection is one lane among the others: it
+                // gets their share of the memory, not a single download's.
+                bufferLimit: group?.laneBufferLimit ?? FileBodyWriter.defaultBufferLimit
             ) { count in
                 let (total, expected) = run.state.withLock { state in
                     state.machine.bodyPartWritten(byteCount: count)
