@@ -48,28 +48,11 @@ public enum HTTPDate {
             bytes[26...28].elementsEqual("GMT".utf8), Self.weekdays.contains(where: { $0.elementsEqual(bytes[0..<3]) }),
             let month = Self.months.firstIndex(where: { $0.elementsEqual(bytes[8..<11]) })
         else { return nil }
-        func number(_ range: Range<Int>) -> Int? {
-            var value = 0
-            for byte in bytes[range] {
-                guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
-                value = value * 10 + Int(byte - UInt8(ascii: "0"))
-            }
-            return value
-        }
-        guard let day = number(5..<7), let year = number(12..<16), let hour = number(17..<19), let minute = number(20..<22),
-            let second = number(23..<25), (1...31).contains(day), hour < 24, minute < 60, second < 61
+        guard let day = UTCTimestamp.decimal(bytes[5..<7]), let year = UTCTimestamp.decimal(bytes[12..<16]),
+              let hour = UTCTimestamp.decimal(bytes[17..<19]), let minute = UTCTimestamp.decimal(bytes[20..<22]),
+              let second = UTCTimestamp.decimal(bytes[23..<25])
         else { return nil }
-        var parts = tm()
-        parts.tm_year = Int32(year - 1900)
-        parts.tm_mon = Int32(month)
-        parts.tm_mday = Int32(day)
-        parts.tm_hour = Int32(hour)
-        parts.tm_min = Int32(minute)
-        parts.tm_sec = Int32(min(second, 59))
-        let seconds = timegm(&parts)
-        // timegm normalises 31 Feb to 3 Mar: such a date is not one.
-        guard parts.tm_mday == Int32(day), parts.tm_mon == Int32(month) else { return nil }
-        return Date(timeIntervalSince1970: TimeInterval(seconds))
+        return UTCTimestamp.date(year: year, month: month + 1, day: day, hour: hour, minute: minute, second: second)
     }
 
     /// Formats `date` as an IMF-fixdate, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
