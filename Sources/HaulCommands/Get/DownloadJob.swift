@@ -120,18 +120,36 @@ struct DownloadJob: Sendable {
     /// from `-o`, else the response's `Content-Disposition`, else the URL; a taken name gets a
     /// number: `name (1).ext`.
     func moveIntoPlace(_ source: String, response: ResponseInfo?) throws -> String {
+        try self.place(response: response) { path in try NoOverwriteMove.move(source, to: path) } orChoosing: { directory, name in
+            try NoOverwriteMove.moveChoosingFreeName(source, directory: directory, name: name)
+        }
+    }
+
+    /// Names the finished, still unnamed `file` where ``moveIntoPlace(_:response:)`` would move
+    /// a named one: one link, no partial name made and moved away.
+    func linkIntoPlace(_ file: PartialFile, response: ResponseInfo?) throws -> String {
+        try self.place(response: response) { path in try file.link(to: path) } orChoosing: { directory, name in
+            try NoOverwriteMove.linkChoosingFreeName(file, directory: directory, name: name)
+        }
+    }
+
+    private func place(
+        response: ResponseInfo?,
+        at place: (String) throws -> Void,
+        orChoosing placeChoosing: (_ directory: String, _ name: String) throws -> String
+    ) throws -> String {
         if let explicitOutput = self.explicitOutput {
             do {
-                try NoOverwriteMove.move(source, to: explicitOutput)
+                try place(explicitOutput)
                 return explicitOutput
             } catch let failure as NoOverwriteMove.Failure where failure.isExists {
-                return try NoOverwriteMove.moveChoosingFreeName(source, directory: self.directory, name: self.baseName)
+                return try placeChoosing(self.directory, self.baseName)
             }
         }
         let name = FileNaming.suggestedFilename(
             contentDisposition: response?.headers["Content-Disposition"],
             url: response?.url ?? self.url
         )
-        return try NoOverwriteMove.moveChoosingFreeName(source, directory: self.directory, name: name)
+        return try placeChoosing(self.directory, name)
     }
 }

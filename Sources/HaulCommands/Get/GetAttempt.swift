@@ -132,7 +132,11 @@ final class GetAttempt: TransferRunObserver, @unchecked Sendable {
             resumePoint: point
         )
         let job = self.job
-        self.checkpoints.async { job.saveCheckpoint(resume) }
+        // The partial file may have no name yet (created unnamed): it gets it first, or the
+        // checkpoint would name nothing.
+        self.checkpoints.async {
+            if run.nameFile() { job.saveCheckpoint(resume) }
+        }
     }
 
     /// Waits until the checkpoints queued by this attempt are written (before the coordinator

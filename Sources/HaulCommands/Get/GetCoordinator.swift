@@ -6,6 +6,7 @@ import HaulEngine
 import NIOCore
 import NIOHTTP1
 import NIOSSL
+import Synchronization
 
 /// Runs the downloads of one `haul get` on a ``TransferEngine``: the retry loop of each
 /// download, the checkpoint files, Ctrl-C, and the progress output.
@@ -118,6 +119,8 @@ final class GetCoordinator: @unchecked Sendable {
         configuration.tls.additionalTrustRoots = self.options.trustedCertificates
         // Nothing shows task metrics: AsyncHTTPClient's logs stay off.
         configuration.recordsMetrics = false
+        // Plain-HTTP downloads skip AsyncHTTPClient's request path.
+        configuration.usesDirectHTTP1 = true
         // Without -k or --pinnedpubkey, default verification decides: no probe handshake.
         var trustHandler: ServerTrustGate.Handler?
         if self.options.insecure || !self.options.pinnedKeys.isEmpty {
@@ -137,26 +140,26 @@ final class GetCoordinator: @unchecked Sendable {
         let engines = (0..<shards).map { _ in self.makeEngine(shards: shards) }
         let signalSources = self.installInterruptHandler()
         self.reporter.start(totalFiles: urls.count)
-        // A download that ends hands its engine to the next one: each engine keeps its share of
-        // the downloads at once, so the connections open never exceed `-j` in all.
-        let statuses = await withTaskGroup(of: (ExitStatus, Int).self, returning: [ExitStatus].self) { group in
-            var statuses: [ExitStatus] = []
-            var iterator = urls.makeIterator()
-            var started = 0
-            func addNext(on shard: Int) -> Bool {
-                guard let url = iterator.next() else { return false }
-                let engine = engines[shard]
-                started += 1
-                group.addTask(executorPreference: engine.taskExecutor) { (await self.download(url, engine: engine), shard) }
-                return true
+        // `parallelism` workers, each on its engine's executor, take the next URL when their
+        // download ends: no task wakes between two downloads (a parent collecting children
+        // would be woken on the global pool for every file). Each engine keeps its share of
+        // the workers, so the connections open never exceed `-j` in all.
+        let queue = URLQueue(urls)
+        let workers = min(parallelism, urls.count)
+        let statuses = await withTaskGroup(of: [ExitStatus].self, returning: [ExitStatus].self) { group in
+            for worker in 0..<workers {
+                let engine = engines[worker % engines.count]
+                group.addTask(executorPreference: engine.taskExecutor) {
+                    var statuses: [ExitStatus] = []
+                    while !self.interrupted, let url = queue.next() {
+                        statuses.append(await self.download(url, engine: engine))
+                    }
+                    return statuses
+                }
             }
-            while started < parallelism, addNext(on: started % engines.count) {}
-            while let (status, shard) = await group.next() {
-                statuses.append(status)
-                if self.interrupted { continue }
-                _ = addNext(on: shard)
-            }
-            return statuses
+            var all: [ExitStatus] = []
+            for await statuses in group { all += statuses }
+            return all
         }
         for source in signalSources { source.cancel() }
         self.reporter.stop()
@@ -166,6 +169,19 @@ final class GetCoordinator: @unchecked Sendable {
     }
 
     private var interrupted: Bool { self.lock.withLock { self.isInterrupted } }
+
+    /// The URLs not started yet, taken in order by the workers of ``run(urls:)``.
+    private final class URLQueue: Sendable {
+        private let remaining: Mutex<IndexingIterator<[URL]>>
+
+        init(_ urls: [URL]) {
+            self.remaining = Mutex(urls.makeIterator())
+        }
+
+        func next() -> URL? {
+            self.remaining.withLock { $0.next() }
+        }
+    }
 
     // MARK: - One download with retries
 
@@ -197,7 +213,9 @@ final class GetCoordinator: @unchecked Sendable {
         var resume = self.options.fresh ? nil : job.loadCheckpoint(reporter: self.reporter)
         /// Whether a checkpoint file may exist (to remove once the file is complete).
         var checkpointExists = resume != nil
-        if resume == nil, let existing = job.existingFinalFile {
+        // Only -c and -o care whether the final name is taken (otherwise a taken name gets a
+        // number when the file is placed): no stat per file for the others.
+        if resume == nil, self.options.continueExisting || self.options.outputPath != nil, let existing = job.existingFinalFile {
             if self.options.continueExisting {
                 self.reporter.note("\(existing) already exists; nothing to do")
                 return .success
@@ -366,6 +384,7 @@ final class GetCoordinator: @unchecked Sendable {
             resourceTimeout: nil,
             mirrors: mirrors,
             mirrorPolicy: self.options.checksum != nil ? .verifiedByChecksum : .sameValidators,
+            opensUnnamedFile: true,
             observer: attempt
         )
         let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<TransferOutcome, Never>) in
@@ -384,10 +403,10 @@ final class GetCoordinator: @unchecked Sendable {
         let result: AttemptResult
         switch outcome {
         case .completed(let response, let total) where (200..<300).contains(response.statusCode):
-            result = await self.place(job, response: response, bytes: total)
+            result = await self.place(job, run: run, response: response, bytes: total)
         case .completed(let response, _):
             // The body was an error page: nothing to keep.
-            unlink(job.partialPath)
+            if let file = run.takeUnnamedFile() { file.close() } else { unlink(job.partialPath) }
             let retryAfter = response.headers["Retry-After"].flatMap { RetryPolicy.retryAfterSeconds($0) }
             result = .httpStatus(response.statusCode, retryAfter: retryAfter)
         case .failed(let failure, let response, let point):
@@ -399,8 +418,10 @@ final class GetCoordinator: @unchecked Sendable {
     }
 
     /// Checks the finished partial file against `--checksum` and moves it to its final name.
-    private func place(_ job: DownloadJob, response: ResponseInfo, bytes: Int64) async -> AttemptResult {
+    private func place(_ job: DownloadJob, run: TransferRun, response: ResponseInfo, bytes: Int64) async -> AttemptResult {
         if let spec = self.options.checksum {
+            // The file is read by its name.
+            guard run.nameFile() else { return .moveFailed("cannot name \(job.partialPath) to verify its checksum") }
             // Reading the whole file: not on the event loop.
             let mismatch = await withCheckedContinuation { continuation in
                 DispatchQueue.global().async { continuation.resume(returning: Self.checksumMismatch(job.partialPath, spec: spec)) }
@@ -411,7 +432,19 @@ final class GetCoordinator: @unchecked Sendable {
             }
         }
         do {
-            let path = try job.moveIntoPlace(job.partialPath, response: response)
+            let path: String
+            if let file = run.takeUnnamedFile() {
+                defer { file.close() }
+                do {
+                    path = try job.linkIntoPlace(file, response: response)
+                } catch {
+                    // The bytes stay on disk under the partial name, as a named file's would.
+                    _ = try? file.link(to: job.partialPath)
+                    throw error
+                }
+            } else {
+                path = try job.moveIntoPlace(job.partialPath, response: response)
+            }
             return .saved(path: path, bytes: bytes)
         } catch {
             return .moveFailed("\(error)")

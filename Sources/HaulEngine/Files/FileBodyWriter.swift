@@ -23,6 +23,11 @@ import NIOPosix
 /// the CPU time went to spinning on the directory's lock). Buffers that arrive meanwhile queue
 /// behind it, so nothing the network delivered before an early connection reset is lost.
 ///
+/// An unnamed file (``PartialFile/openUnnamed(path:)``) takes no directory lock to create, so
+/// its first job goes to the write threads with its whole first batch, however large; and a
+/// body that ended within 64 KiB before anything was written is opened and written right on
+/// the event loop (a small file costs no thread hop at all: one create, one write).
+///
 /// Every method and callback runs on `eventLoop` (the exchange's loop): the state needs no lock.
 /// `onWritten` is called on that loop once per completed batch, with the batch's byte count,
 /// in file order; bytes are reported only once they are in the file.
@@ -47,6 +52,8 @@ package final class FileBodyWriter: @unchecked Sendable {
     private let pool: NIOThreadPool
     private let openPool: NIOThreadPool
     private let bufferLimit: Int
+    /// Whether `open` makes an unnamed file (no directory lock to wait for).
+    private let opensUnnamed: Bool
     private let onWritten: (Int) -> Void
     /// Where the next queued byte goes in the file.
     private var nextOffset: Int64
@@ -75,8 +82,10 @@ package final class FileBodyWriter: @unchecked Sendable {
         pool: NIOThreadPool = .singleton,
         openPool: NIOThreadPool = FileBodyWriter.namespacePool,
         bufferLimit: Int = FileBodyWriter.defaultBufferLimit,
+        opensUnnamed: Bool = false,
         onWritten: @escaping (Int) -> Void
     ) {
+        self.opensUnnamed = opensUnnamed
         self.open = open
         self.nextOffset = offset
         self.eventLoop = eventLoop
@@ -147,10 +156,14 @@ package final class FileBodyWriter: @unchecked Sendable {
         }
         self.flushTimer?.cancel()
         self.flushTimer = nil
+        if let opening, self.opensUnnamed, self.isDraining, queuedBytes <= Self.maximumFirstBatchOnCreationThread {
+            self.openAndWriteOnLoop(opening)
+            return
+        }
         // The creation thread writes a small first batch (a small file in one hop); a larger
         // one waits for the write threads, so that one slow disk write cannot hold up every
-        // other download's file creation behind it.
-        let opensOnly = opening != nil && queuedBytes > Self.maximumFirstBatchOnCreationThread
+        // other download's file creation behind it. An unnamed file needs no creation thread.
+        let opensOnly = opening != nil && !self.opensUnnamed && queuedBytes > Self.maximumFirstBatchOnCreationThread
         let batch = opensOnly ? [] : self.queued
         if !opensOnly { self.queued.removeAll(keepingCapacity: true) }
         let offset = self.nextOffset
@@ -159,7 +172,7 @@ package final class FileBodyWriter: @unchecked Sendable {
         self.isWriting = true
         let openedFile = self.file
         self.open = nil
-        let pool = opening == nil ? self.pool : self.openPool
+        let pool = opening == nil || self.opensUnnamed ? self.pool : self.openPool
         pool.runIfActive(eventLoop: self.eventLoop) { () -> BatchResult in
             let file: PartialFile
             if let openedFile {
@@ -181,6 +194,28 @@ package final class FileBodyWriter: @unchecked Sendable {
                 self.batchEnded(BatchResult(written: 0, failure: URLError(.cannotWriteToFile, userInfo: [NSLocalizedDescriptionKey: "\(what): \(error)"]), opened: nil), count: count)
             }
         }
+    }
+
+    /// The whole (small) body, opened and written on the event loop: what the first job would
+    /// do, without the two thread hops.
+    private func openAndWriteOnLoop(_ opening: @Sendable () throws(URLError) -> PartialFile) {
+        let batch = self.queued
+        self.queued.removeAll(keepingCapacity: true)
+        self.open = nil
+        let count = batch.reduce(0) { $0 + $1.readableBytes }
+        let offset = self.nextOffset
+        self.nextOffset += Int64(count)
+        let result: BatchResult
+        do throws(URLError) {
+            let file = try opening()
+            self.file = file
+            let (written, failure) = batch.isEmpty ? (0, nil) : file.write(contentsOf: batch, at: offset)
+            result = BatchResult(written: written, failure: failure, opened: nil)
+        } catch {
+            result = BatchResult(written: 0, failure: error, opened: nil)
+        }
+        self.isWriting = true
+        self.batchEnded(result, count: count)
     }
 
     /// What one batch wrote: the bytes in the file (a prefix of the batch), and why it stopped

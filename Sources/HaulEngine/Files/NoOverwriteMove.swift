@@ -64,12 +64,22 @@ package enum NoOverwriteMove {
     /// Moves `source` into `directory` under `name`, or under `name (1)`, `name (2)`, … when
     /// taken. Returns the path used.
     package static func moveChoosingFreeName(_ source: String, directory: String, name: String) throws -> String {
+        try self.placeChoosingFreeName(directory: directory, name: name) { path in try move(source, to: path) }
+    }
+
+    /// Names the unnamed `file` (``PartialFile/openUnnamed(path:)``) `name` in `directory`, or
+    /// `name (1)`, `name (2)`, … when taken. Returns the path used.
+    package static func linkChoosingFreeName(_ file: PartialFile, directory: String, name: String) throws -> String {
+        try self.placeChoosingFreeName(directory: directory, name: name) { path in try file.link(to: path) }
+    }
+
+    private static func placeChoosingFreeName(directory: String, name: String, place: (String) throws -> Void) throws -> String {
         var index = 0
         while true {
             let candidate = index == 0 ? name : FileNaming.numberedAlternative(to: name, index: index)
             let path = (directory as NSString).appendingPathComponent(candidate)
             do {
-                try move(source, to: path)
+                try place(path)
                 return path
             } catch let failure as Failure where failure.isExists {
                 index += 1

@@ -7,6 +7,7 @@ import Darwin
 #endif
 import Foundation
 import NIOCore
+import Synchronization
 
 /// The file a download streams into: positioned writes straight from the network buffers,
 /// with no copy.
@@ -28,6 +29,51 @@ package struct PartialFile: Sendable {
         }
         return PartialFile(path: path, descriptor: descriptor)
     }
+
+    /// Creates a file without a name in the directory that is to hold `path` (`O_TMPFILE`),
+    /// for a fresh download: creating it takes no lock on the directory (a named create holds
+    /// the directory's lock while the file system finds a free inode, so creations in one
+    /// directory run one at a time), and a process that dies before ``link(to:)`` leaves
+    /// nothing behind. `path` is the name ``link(to:)`` is usually given later.
+    ///
+    /// Returns `nil` where the file system or kernel cannot make unnamed files (then open the
+    /// file by name).
+    package static func openUnnamed(path: String) -> PartialFile? {
+        let slash = path.utf8.lastIndex(of: UInt8(ascii: "/"))
+        let directory = slash.map { $0 == path.utf8.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        let descriptor = Glibc.open(directory, Self.unnamedFileFlag | O_WRONLY | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else { return nil }
+        return PartialFile(path: path, descriptor: descriptor)
+    }
+
+    /// `O_TMPFILE` (Linux 3.11+; not in Swift's Glibc module): `__O_TMPFILE | O_DIRECTORY`.
+    private static let unnamedFileFlag: Int32 = 0o20000000 | O_DIRECTORY
+
+    /// Gives a file opened by ``openUnnamed(path:)`` the name `destination`, which must not
+    /// exist yet (the file keeps its descriptor; the bytes are not copied). Never replaces a file.
+    ///
+    /// - Throws: ``NoOverwriteMove/Failure/exists(_:)`` when `destination` is taken, else
+    ///   ``NoOverwriteMove/Failure/system(_:_:)`` with the system's reason.
+    package func link(to destination: String) throws(NoOverwriteMove.Failure) {
+        // AT_EMPTY_PATH links the descriptor itself but needs CAP_DAC_READ_SEARCH; without it
+        // the kernel says ENOENT, and the descriptor's entry in /proc does the same for anyone.
+        if !Self.emptyPathLinkRefused.load(ordering: .relaxed) {
+            if linkat(self.descriptor, "", AT_FDCWD, destination, 0x1000 /* AT_EMPTY_PATH */) == 0 { return }
+            let number = errno
+            if number == EEXIST { throw .exists(destination) }
+            guard number == ENOENT || number == EPERM || number == EINVAL else {
+                throw .system("cannot name \(destination)", number)
+            }
+            Self.emptyPathLinkRefused.store(true, ordering: .relaxed)
+        }
+        if linkat(AT_FDCWD, "/proc/self/fd/\(self.descriptor)", AT_FDCWD, destination, AT_SYMLINK_FOLLOW) == 0 { return }
+        let number = errno
+        if number == EEXIST { throw .exists(destination) }
+        throw .system("cannot name \(destination)", number)
+    }
+
+    /// Set once `linkat(AT_EMPTY_PATH)` was refused (no CAP_DAC_READ_SEARCH): not asked again.
+    private static let emptyPathLinkRefused = Atomic<Bool>(false)
 
     private init(path: String, descriptor: Int32) {
         self.path = path

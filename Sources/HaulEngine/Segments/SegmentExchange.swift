@@ -7,7 +7,7 @@ import NIOHTTP1
 /// One extra lane's exchange: checks the `206`, queues the bytes that belong to the lane for
 /// the file (positioned writes through a ``FileBodyWriter`` of its own on the shared partial
 /// file), honours the run's speed limits, and ends early once the lane has all it needs.
-final class SegmentExchange: HTTPClientResponseDelegate, @unchecked Sendable {
+final class SegmentExchange: HTTPClientResponseDelegate, HTTP1ResponseSink, @unchecked Sendable {
     // @unchecked: AsyncHTTPClient calls a delegate on its event loop, one call at a time.
     typealias Response = Void
 
@@ -32,9 +32,13 @@ final class SegmentExchange: HTTPClientResponseDelegate, @unchecked Sendable {
     }
 
     func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        self.receivedHead(head, on: task.eventLoop)
+    }
+
+    func receivedHead(_ head: HTTPResponseHead, on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
         let headers = HTTPHeaderFields(head.headers.map { ($0.name, $0.value) })
         if let refusal = self.group.judge(lane: self.lane, status: Int(head.status.code), headers: headers, range: self.range) {
-            return task.eventLoop.makeFailedFuture(refusal)
+            return eventLoop.makeFailedFuture(refusal)
         }
         self.group.laneValidated(self.lane)
         let run = self.group.run
@@ -50,23 +54,32 @@ final class SegmentExchange: HTTPClientResponseDelegate, @unchecked Sendable {
         ) { count in
             group.written(lane, count: count)
         }
-        return task.eventLoop.makeSucceededVoidFuture()
+        return eventLoop.makeSucceededVoidFuture()
     }
 
     func didReceiveBodyPart(task: HTTPClient.Task<Void>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-        guard let writer = self.writer else { return task.eventLoop.makeSucceededVoidFuture() }
+        self.receivedBodyPart(buffer, on: task.eventLoop)
+    }
+
+    func receivedBodyPart(_ buffer: ByteBuffer, on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
+        guard let writer = self.writer else { return eventLoop.makeSucceededVoidFuture() }
         let allowed = self.group.received(self.lane, count: buffer.readableBytes)
         var room: EventLoopFuture<Void>?
         if allowed > 0 {
             room = writer.enqueue(allowed == buffer.readableBytes ? buffer : buffer.getSlice(at: buffer.readerIndex, length: allowed)!)
         }
         if self.group.hasReceivedAll(self.lane) {
-            return task.eventLoop.makeFailedFuture(Refusal.reachedEnd)
+            return eventLoop.makeFailedFuture(Refusal.reachedEnd)
         }
-        return self.group.run.readOn(after: allowed, room: room, on: task.eventLoop)
+        return self.group.run.readOn(after: allowed, room: room, on: eventLoop)
     }
 
     func didFinishRequest(task: HTTPClient.Task<Void>) throws {
+        try self.finishedResponse()
+    }
+
+    /// Checks the lane's exchange once its response ended.
+    func finishedResponse() throws {
         guard self.writer != nil else { throw Refusal.notUsable("no answer") }
     }
 }

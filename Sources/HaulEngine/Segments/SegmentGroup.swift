@@ -42,7 +42,7 @@ final class SegmentGroup: @unchecked Sendable {
     /// Which source each running lane fetches from.
     private var laneSource: [Int: Int] = [0: 0]
     private var plan: SegmentPlan
-    private var helpers: [Int: HTTPClient.Task<Void>] = [:]
+    private var helpers: [Int: RunningExchange<Void>] = [:]
     /// Lanes told to stop by the plan (their end is not a failure).
     private var stoppedByPlan: Set<Int> = []
     private var fileReady = false
@@ -389,16 +389,22 @@ final class SegmentGroup: @unchecked Sendable {
         if let ifRange = source.ifRange { headers.replaceOrAdd(name: "If-Range", value: ifRange) }
         var tlsConfiguration: TLSConfiguration?
         if case .ready(let configuration) = source.tls { tlsConfiguration = configuration }
-        let request: HTTPClient.Request
-        do {
-            request = try HTTPClient.Request(url: source.url, method: .GET, headers: headers, tlsConfiguration: tlsConfiguration)
-        } catch {
-            self.laneEnded(lane, .failure(error))
-            return
-        }
         let delegate = SegmentExchange(group: self, lane: lane, range: range)
-        let (client, _, _) = self.run.engine.client(for: source.url, decodes: false)
-        let task = client.execute(request: request, delegate: delegate, eventLoop: .indifferent)
+        let task: RunningExchange<Void>
+        if tlsConfiguration == nil, let pool = self.run.engine.directConnections(for: source.url, method: "GET", hasBody: false) {
+            let exchange = pool.execute(url: source.url, method: .GET, headers: headers, sink: delegate)
+            task = .direct(exchange, ended: exchange.ended.flatMapThrowing { try delegate.finishedResponse() })
+        } else {
+            let request: HTTPClient.Request
+            do {
+                request = try HTTPClient.Request(url: source.url, method: .GET, headers: headers, tlsConfiguration: tlsConfiguration)
+            } catch {
+                self.laneEnded(lane, .failure(error))
+                return
+            }
+            let (client, _, _) = self.run.engine.client(for: source.url, decodes: false)
+            task = .client(client.execute(request: request, delegate: delegate, eventLoop: .indifferent))
+        }
         self.helpers[lane] = task
         task.futureResult.hop(to: self.eventLoop).whenComplete { result in
             let drained = delegate.writer?.drained() ?? self.eventLoop.makeSucceededVoidFuture()

@@ -12,7 +12,7 @@ import NIOSSL
 ///
 /// AsyncHTTPClient calls a delegate's methods one after another on the task's event loop, so
 /// the mutable fields below are only ever touched from that one thread at a time.
-final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
+final class ExchangeDelegate: HTTPClientResponseDelegate, HTTP1ResponseSink, @unchecked Sendable {
     /// How an exchange ended, as far as the network goes.
     enum Response: Sendable {
         case ended(TransferRun.ExchangeResult)
@@ -90,6 +90,10 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
     }
 
     func didReceiveHead(task: HTTPClient.Task<Response>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        self.receivedHead(head, on: task.eventLoop)
+    }
+
+    func receivedHead(_ head: HTTPResponseHead, on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
         self.record.responseStart = Date()
         // "HTTP/1.1 200 OK\r\n", "Name: value\r\n" per field, "\r\n".
         var headBytes = 9 + 4 + head.status.reasonPhrase.utf8.count + 2
@@ -110,17 +114,17 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         self.record.response = response
         if RedirectPolicy.isRedirect(status: response.statusCode), headers["Location"] != nil {
             self.mode = .redirect(response, ByteBuffer())
-            return task.eventLoop.makeSucceededVoidFuture()
+            return eventLoop.makeSucceededVoidFuture()
         }
         if response.statusCode == 401, headers["WWW-Authenticate"] != nil, self.run.observer.handlesAuthentication {
             self.mode = .challenge(response, ByteBuffer())
-            return task.eventLoop.makeSucceededVoidFuture()
+            return eventLoop.makeSucceededVoidFuture()
         }
         guard case .file(let path, _) = self.run.destination else {
             self.responseTime = Date()
             if response.statusCode == 304, self.run.isRevalidating {
                 self.mode = .notModified(response)
-                return task.eventLoop.makeSucceededVoidFuture()
+                return eventLoop.makeSucceededVoidFuture()
             }
             if let cache = self.run.engine.responseCache,
                 HTTPCacheRules.isStorable(
@@ -141,7 +145,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                 resumedAtOffset: nil,
                 expectedTotal: RangeResumeRules.contentLength(of: headers)
             )
-            return task.eventLoop.makeSucceededVoidFuture()
+            return eventLoop.makeSucceededVoidFuture()
         }
         let action = self.run.state.withLock { state in
             state.lastResponse = response
@@ -153,7 +157,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
             let run = self.run
             let group = run.makeSegmentGroup(response: response, request: self.request, fileOffset: fileOffset, path: path, tlsConfiguration: self.tlsConfiguration)
             self.segments = group
-            let eventLoop = task.eventLoop
+            let eventLoop = eventLoop
             let writer = FileBodyWriter(
                 open: { () throws(URLError) -> PartialFile in
                     // A fresh body empties the file as it is opened (one system call less).
@@ -164,11 +168,12 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                     return file
                 },
                 offset: fileOffset,
-                eventLoop: task.eventLoop,
+                eventLoop: eventLoop,
                 pool: run.engine.fileIOPool,
                 // A segmented download's first connection is one lane among the others: it
                 // gets their share of the memory, not a single download's.
-                bufferLimit: group?.laneBufferLimit ?? FileBodyWriter.defaultBufferLimit
+                bufferLimit: group?.laneBufferLimit ?? FileBodyWriter.defaultBufferLimit,
+                opensUnnamed: run.createsUnnamedFile && truncateFile && fileOffset == 0
             ) { count in
                 let (total, expected) = run.state.withLock { state in
                     state.machine.bodyPartWritten(byteCount: count)
@@ -186,13 +191,13 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
             self.mode = .alreadyComplete(response, total: total)
             self.run.observer.transferRun(self.run, didReceive: response, resumedAtOffset: total, expectedTotal: total)
         case .requestAgainWithoutRange:
-            return task.eventLoop.makeFailedFuture(Abort.requestAgainWithoutRange)
+            return eventLoop.makeFailedFuture(Abort.requestAgainWithoutRange)
         case .fail(let reason):
-            return task.eventLoop.makeFailedFuture(
+            return eventLoop.makeFailedFuture(
                 Abort.failed(URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: reason]))
             )
         case .failKeepingBytes(let status):
-            return task.eventLoop.makeFailedFuture(
+            return eventLoop.makeFailedFuture(
                 Abort.serverStatus(
                     status,
                     URLError(
@@ -202,14 +207,18 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                 )
             )
         }
-        return task.eventLoop.makeSucceededVoidFuture()
+        return eventLoop.makeSucceededVoidFuture()
     }
 
     func didReceiveBodyPart(task: HTTPClient.Task<Response>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        self.receivedBodyPart(buffer, on: task.eventLoop)
+    }
+
+    func receivedBodyPart(_ buffer: ByteBuffer, on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
         self.record.responseBodyBytes += Int64(buffer.readableBytes)
         switch self.mode {
         case .toFile(_, let writer):
-            return self.writeToFile(buffer, writer: writer, task: task)
+            return self.writeToFile(buffer, writer: writer, eventLoop: eventLoop)
         case .toObserver:
             if var body = self.cacheBody {
                 self.cacheBody = nil  // no copy-on-write while appending
@@ -220,7 +229,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                 }
             }
             self.run.observer.transferRun(self.run, didReceive: buffer)
-            if let wait = self.run.observer.bodyDeliveryWindow?.wait(on: task.eventLoop) {
+            if let wait = self.run.observer.bodyDeliveryWindow?.wait(on: eventLoop) {
                 // The consumer is behind: not reading is what slows the sender down.
                 return wait
             }
@@ -239,12 +248,12 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         case .awaitingHead, .alreadyComplete, .notModified:
             break
         }
-        return task.eventLoop.makeSucceededVoidFuture()
+        return eventLoop.makeSucceededVoidFuture()
     }
 
     /// Queues a body chunk for the file, within the lane of a segmented download, honouring
     /// the speed limits and the writer's room.
-    private func writeToFile(_ buffer: ByteBuffer, writer: FileBodyWriter, task: HTTPClient.Task<Response>) -> EventLoopFuture<Void> {
+    private func writeToFile(_ buffer: ByteBuffer, writer: FileBodyWriter, eventLoop: any EventLoop) -> EventLoopFuture<Void> {
         var buffer = buffer
         if let group = self.segments {
             // Lane 0 stops where another lane's bytes begin; bytes past that point wait until
@@ -256,9 +265,9 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
                 return group.primaryAtEnd().flatMap { goesOn in
                     guard goesOn else {
                         group.markPrimaryLaneDone()
-                        return task.eventLoop.makeFailedFuture(Abort.segmentDone)
+                        return eventLoop.makeFailedFuture(Abort.segmentDone)
                     }
-                    return rest.readableBytes > 0 ? self.writeToFile(rest, writer: writer, task: task) : task.eventLoop.makeSucceededVoidFuture()
+                    return rest.readableBytes > 0 ? self.writeToFile(rest, writer: writer, eventLoop: eventLoop) : eventLoop.makeSucceededVoidFuture()
                 }
             }
         }
@@ -267,12 +276,18 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         let room = writer.enqueue(buffer)?.flatMapErrorThrowing { error in
             throw Abort.failed(error as? URLError ?? URLError(.cannotWriteToFile))
         }
-        return self.run.readOn(after: count, room: room, on: task.eventLoop)
+        return self.run.readOn(after: count, room: room, on: eventLoop)
     }
 
     func didReceiveError(task: HTTPClient.Task<Response>, _ error: any Error) {}
 
     func didFinishRequest(task: HTTPClient.Task<Response>) throws -> Response {
+        try self.finishedResponse()
+    }
+
+    /// How the exchange ended, once the whole response arrived (AsyncHTTPClient's
+    /// `didFinishRequest`).
+    func finishedResponse() throws -> Response {
         self.record.responseEnd = Date()
         switch self.mode {
         case .redirect(let response, let body):
@@ -311,6 +326,13 @@ extension TransferRun {
     func openFile(path: String, emptied: Bool = false) throws(URLError) -> PartialFile {
         if let file = self.state.withLock({ $0.file }) {
             if emptied { try file.truncate(to: 0) }
+            return file
+        }
+        if emptied, self.createsUnnamedFile, let file = PartialFile.openUnnamed(path: path) {
+            self.state.withLock {
+                $0.file = file
+                $0.fileIsUnnamed = true
+            }
             return file
         }
         let file = try PartialFile.open(path: path, emptied: emptied)

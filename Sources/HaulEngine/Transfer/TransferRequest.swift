@@ -13,6 +13,12 @@ package struct TransferRequest: Sendable, Hashable {
         /// A stream asked for each time the body is sent (a streamed upload: again after a
         /// 307/308 redirect or an authentication challenge).
         case stream(BodyStreamSource)
+
+        /// Whether there is no body to send.
+        package var isNone: Bool {
+            if case .none = self { return true }
+            return false
+        }
     }
 
     package var url: URL

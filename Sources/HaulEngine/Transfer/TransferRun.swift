@@ -34,9 +34,14 @@ package final class TransferRun: Sendable {
     struct State: Sendable {
         var machine: DownloadStateMachine
         var stopReason: StopReason?
-        var currentTask: HTTPClient.Task<ExchangeDelegate.Response>?
+        var currentTask: RunningExchange<ExchangeDelegate.Response>?
         var runningTask: Task<Void, Never>?
         var file: PartialFile?
+        /// Whether ``file`` has no name yet (``TransferRun/opensUnnamedFile``).
+        var fileIsUnnamed = false
+        /// The unnamed file of a completed run, open until its owner names it
+        /// (``TransferRun/takeUnnamedFile()``).
+        var finishedUnnamedFile: PartialFile?
         var lastResponse: ResponseInfo?
         /// The loader answering an intercepted request, stopped with the run.
         var interceptedLoader: (any TransferLoader)?
@@ -78,6 +83,19 @@ package final class TransferRun: Sendable {
     let mirrors: [URL]
     /// How a mirror proves it serves the primary's entity.
     let mirrorPolicy: MirrorRules.Policy
+    /// Whether a fresh download's partial file is created without a name
+    /// (``PartialFile/openUnnamed(path:)``): no directory lock to create it, nothing left behind
+    /// by a crash before its first checkpoint. It gets its partial name when a checkpoint needs
+    /// one (``nameFile()``) or when the run stops with bytes to continue from; a completed one
+    /// is handed to the owner to link under its final name (``takeUnnamedFile()``). A small
+    /// complete body (at most 64 KiB) is then written on the event loop itself: no thread hop.
+    let opensUnnamedFile: Bool
+    /// Whether a fresh body goes into an unnamed file: asked for, and no earlier partial file
+    /// to continue (a resumed download keeps writing its named one).
+    var createsUnnamedFile: Bool {
+        guard self.opensUnnamedFile, case .file(_, nil) = self.destination else { return false }
+        return true
+    }
     let state: Mutex<State>
     /// The engine's event loop: every exchange, its connection and its delegate live on it.
     package var eventLoop: any EventLoop { self.engine.eventLoop }
@@ -91,8 +109,10 @@ package final class TransferRun: Sendable {
         maximumConnections: Int? = nil,
         mirrors: [URL] = [],
         mirrorPolicy: MirrorRules.Policy = .sameValidators,
+        opensUnnamedFile: Bool = false,
         observer: any TransferRunObserver
     ) {
+        self.opensUnnamedFile = opensUnnamedFile
         self.bandwidthLimiters = bandwidthLimiters
         self.maximumConnections = maximumConnections
         self.mirrors = mirrors
@@ -119,7 +139,7 @@ package final class TransferRun: Sendable {
         }
         // The run's steps follow its exchanges on the engine's loop (no thread hop per await).
         let task = Task(executorPreference: self.engine.taskExecutor) {
-            let outcome = await self.run()
+            let outcome = self.settleFile(after: await self.run())
             timeout?.cancel()
             completion(outcome)
         }
@@ -130,7 +150,7 @@ package final class TransferRun: Sendable {
     /// timeout) and keeps the bytes on disk. Has no effect once the run has ended or after the
     /// first call.
     package func stop(_ reason: StopReason) {
-        let (task, running, loader) = self.state.withLock { state -> (HTTPClient.Task<ExchangeDelegate.Response>?, Task<Void, Never>?, (any TransferLoader)?) in
+        let (task, running, loader) = self.state.withLock { state -> (RunningExchange<ExchangeDelegate.Response>?, Task<Void, Never>?, (any TransferLoader)?) in
             guard state.stopReason == nil else { return (nil, nil, nil) }
             state.stopReason = reason
             return (state.currentTask, state.runningTask, state.interceptedLoader)
@@ -169,7 +189,6 @@ package final class TransferRun: Sendable {
         var request = self.initialRequest
         var visited = [request.url]
         var challenges = 0
-        defer { self.state.withLock { $0.file?.close(); $0.file = nil } }
         var consultedCache = false
         while true {
             if let stopped = self.stoppedOutcome() { return stopped }
@@ -272,6 +291,85 @@ package final class TransferRun: Sendable {
         }
     }
 
+    /// Closes the partial file once the run has ended; an unnamed one is named when the run
+    /// stopped with bytes to continue from (else a later attempt would find nothing), kept open
+    /// for ``takeUnnamedFile()`` when the run completed, and dropped otherwise.
+    private func settleFile(after outcome: TransferOutcome) -> TransferOutcome {
+        let (file, isUnnamed) = self.state.withLock { state in
+            defer {
+                state.file = nil
+                state.fileIsUnnamed = false
+            }
+            return (state.file, state.fileIsUnnamed)
+        }
+        guard let file else { return outcome }
+        guard isUnnamed else {
+            file.close()
+            return outcome
+        }
+        switch outcome {
+        case .completed:
+            self.state.withLock { $0.finishedUnnamedFile = file }
+            return outcome
+        case .failed(let failure, let response, _?):
+            defer { file.close() }
+            return Self.giveName(to: file) ? outcome : .failed(failure, response: response, resumePoint: nil)
+        case .stopped(let reason, let response, _?):
+            defer { file.close() }
+            return Self.giveName(to: file) ? outcome : .stopped(reason, response: response, resumePoint: nil)
+        case .failed, .stopped:
+            file.close()
+            return outcome
+        }
+    }
+
+    /// Links an unnamed partial file under its partial name, replacing a stale file of that
+    /// name (an earlier run's leftover with no checkpoint). Whether it has the name now.
+    private static func giveName(to file: PartialFile) -> Bool {
+        do {
+            try file.link(to: file.path)
+            return true
+        } catch where error.isExists {
+            unlink(file.path)
+            return (try? file.link(to: file.path)) != nil
+        } catch {
+            return false
+        }
+    }
+
+    /// Gives the partial file its name (``PartialFile/path``) if it has none yet, before a
+    /// checkpoint names it. Whether the file can be found by its name now (also `true` when it
+    /// was created named, or has not been created). Blocks on the file system: call it off the
+    /// event loop. Safe from any thread.
+    package func nameFile() -> Bool {
+        self.state.withLock { state in
+            if state.fileIsUnnamed, let file = state.file {
+                guard Self.giveName(to: file) else { return false }
+                state.fileIsUnnamed = false
+            } else if let file = state.finishedUnnamedFile {
+                guard Self.giveName(to: file) else { return false }
+                file.close()
+                state.finishedUnnamedFile = nil
+            }
+            return true
+        }
+    }
+
+    /// The completed download's file when it still has no name: the caller links it under its
+    /// final name (``PartialFile/link(to:)``) and closes it. `nil` when the file has its partial
+    /// name (or there is none): move that instead. Call once the run has completed.
+    package func takeUnnamedFile() -> PartialFile? {
+        self.state.withLock { state in
+            defer { state.finishedUnnamedFile = nil }
+            return state.finishedUnnamedFile
+        }
+    }
+
+    deinit {
+        // An unnamed file nobody took is dropped with its descriptor.
+        self.state.withLock { $0.finishedUnnamedFile }?.close()
+    }
+
     func stoppedOutcome() -> TransferOutcome? {
         self.state.withLock { state -> TransferOutcome? in
             guard let reason = state.stopReason else { return nil }
@@ -361,31 +459,46 @@ package final class TransferRun: Sendable {
                 )
             }
         }
-        let clientRequest: HTTPClient.Request
-        do {
-            clientRequest = try HTTPClient.Request(
-                url: request.url,
-                method: HTTPMethod(rawValue: request.method),
-                headers: HTTPHeaders(headers.fields.map { ($0.name, $0.value) }),
-                body: try self.body(of: request, stream: streamed),
-                tlsConfiguration: tlsConfiguration
-            )
-        } catch {
-            return .failed(Self.urlError(for: error, url: request.url))
-        }
         var sentRequest = request
         sentRequest.headers = headers
         let delegate = ExchangeDelegate(run: self, request: sentRequest)
         delegate.tlsConfiguration = tlsConfiguration
-        // `.indifferent`: the client's group is the engine's single loop, so delegate and
-        // channel share it anyway, and the pool never opens "overflow" connections beyond the
-        // per-host limit as it does for requests that require a particular loop.
-        let decodes: Bool = if case .observer = self.destination { true } else { false }
-        let (client, connectionLog, isProxied) = self.engine.client(for: request.url, decodes: decodes)
-        let probe = self.engine.configuration.recordsMetrics ? ExchangeLogProbe() : nil
-        let task = client.execute(request: clientRequest, delegate: delegate, eventLoop: .indifferent, logger: probe?.logger)
+        let fieldList = HTTPHeaders(headers.fields.map { ($0.name, $0.value) })
+        let task: RunningExchange<ExchangeDelegate.Response>
+        var probe: ExchangeLogProbe?
+        var connectionLog: ConnectionEventLog?
+        var isProxied = false
+        if tlsConfiguration == nil, case .file = self.destination,
+            let pool = self.engine.directConnections(for: request.url, method: request.method, hasBody: !request.body.isNone)
+        {
+            // A download over plain HTTP: the engine's own connections, no AsyncHTTPClient.
+            let exchange = pool.execute(url: request.url, method: HTTPMethod(rawValue: request.method), headers: fieldList, sink: delegate)
+            task = .direct(exchange, ended: exchange.ended.flatMapThrowing { try delegate.finishedResponse() })
+        } else {
+            let clientRequest: HTTPClient.Request
+            do {
+                clientRequest = try HTTPClient.Request(
+                    url: request.url,
+                    method: HTTPMethod(rawValue: request.method),
+                    headers: fieldList,
+                    body: try self.body(of: request, stream: streamed),
+                    tlsConfiguration: tlsConfiguration
+                )
+            } catch {
+                return .failed(Self.urlError(for: error, url: request.url))
+            }
+            // `.indifferent`: the client's group is the engine's single loop, so delegate and
+            // channel share it anyway, and the pool never opens "overflow" connections beyond the
+            // per-host limit as it does for requests that require a particular loop.
+            let decodes: Bool = if case .observer = self.destination { true } else { false }
+            let (client, log, proxied) = self.engine.client(for: request.url, decodes: decodes)
+            connectionLog = log
+            isProxied = proxied
+            probe = self.engine.configuration.recordsMetrics ? ExchangeLogProbe() : nil
+            task = .client(client.execute(request: clientRequest, delegate: delegate, eventLoop: .indifferent, logger: probe?.logger))
+        }
         defer {
-            if let probe { self.recordTransaction(delegate.record, probe: probe, connectionLog: connectionLog, isProxied: isProxied) }
+            if let probe, let connectionLog { self.recordTransaction(delegate.record, probe: probe, connectionLog: connectionLog, isProxied: isProxied) }
         }
         let alreadyStopped = self.state.withLock { state -> Bool in
             state.currentTask = task
