@@ -10,9 +10,12 @@ struct DownloadJob: Sendable {
     /// The name the job is known by before the response (from `-o` or the URL).
     let baseName: String
     let explicitOutput: String?
+    /// The name the URL suggests (before any number added to keep partial names apart).
+    private let urlName: String?
 
-    init(url: URL, options: GetCoordinator.Options, baseName: String? = nil) {
+    init(url: URL, options: GetCoordinator.Options, baseName: String? = nil, urlName: String? = nil) {
         self.url = url
+        self.urlName = urlName
         if let output = options.outputPath {
             let absolute = (output as NSString).isAbsolutePath
                 ? output
@@ -146,10 +149,12 @@ struct DownloadJob: Sendable {
                 return try placeChoosing(self.directory, self.baseName)
             }
         }
-        let name = FileNaming.suggestedFilename(
-            contentDisposition: response?.headers["Content-Disposition"],
-            url: response?.url ?? self.url
-        )
+        let disposition = response?.headers["Content-Disposition"]
+        let finalURL = response?.url ?? self.url
+        // Without Content-Disposition or a redirect, the URL's name found before the request.
+        let name = disposition == nil && finalURL == self.url && self.urlName != nil
+            ? self.urlName!
+            : FileNaming.suggestedFilename(contentDisposition: disposition, url: finalURL)
         return try placeChoosing(self.directory, name)
     }
 }

@@ -191,12 +191,13 @@ final class GetCoordinator: @unchecked Sendable {
     /// Directories found writable (asked once per directory, not per file).
     private var writableDirectories: Set<String> = []
 
-    private func claimBaseName(for url: URL) -> String {
+    /// A partial name for `url` no other job of this run uses, and the name the URL suggests.
+    private func claimBaseName(for url: URL) -> (claimed: String, suggested: String) {
         let wanted = FileNaming.suggestedFilename(contentDisposition: nil, url: url)
         return self.lock.withLock {
             let name = FileNaming.firstAvailableName(for: wanted) { self.claimedNames.contains($0) }
             self.claimedNames.insert(name)
-            return name
+            return (name, wanted)
         }
     }
 
@@ -208,7 +209,8 @@ final class GetCoordinator: @unchecked Sendable {
     }
 
     private func download(_ url: URL, engine: TransferEngine) async -> ExitStatus {
-        let job = DownloadJob(url: url, options: self.options, baseName: self.options.outputPath == nil ? self.claimBaseName(for: url) : nil)
+        let names = self.options.outputPath == nil ? self.claimBaseName(for: url) : nil
+        let job = DownloadJob(url: url, options: self.options, baseName: names?.claimed, urlName: names?.suggested)
         if self.options.fresh { job.discardCheckpoint() }
         var resume = self.options.fresh ? nil : job.loadCheckpoint(reporter: self.reporter)
         /// Whether a checkpoint file may exist (to remove once the file is complete).

@@ -20,11 +20,11 @@ public enum RangeResumeRules {
         status: Int,
         headers: HTTPHeaderFields
     ) -> NotResumableReason? {
-        guard method.uppercased() == "GET" else { return .methodIsNotGet }
+        guard method == "GET" || method.caseInsensitiveEquals("GET") else { return .methodIsNotGet }
         guard status == 200 || status == 206 else { return .notSuccessful }
         if EntityValidators(headers: headers).ifRangeValue == nil { return .noValidator }
         if status == 206 { return nil }
-        guard headers.values(for: "Accept-Ranges").contains(where: { Self.listNamesBytes($0) }) else {
+        guard headers.fields.contains(where: { $0.name.caseInsensitiveEquals("Accept-Ranges") && Self.listNamesBytes($0.value) }) else {
             return .rangesNotAccepted
         }
         if headers["Content-Encoding"].map({ $0.lowercased() != "identity" }) == true, headers["Content-Length"] == nil {

@@ -127,7 +127,13 @@ package final class FileBodyWriter: @unchecked Sendable {
     /// Waits until every queued byte is in the file or a write has failed; returns the failure.
     /// Call from any task once the exchange has ended.
     package func drain() async -> URLError? {
-        try? await self.eventLoop.flatSubmit { self.drained().map { self.failure } }.get()
+        // On the loop already (a run's task prefers it) with nothing being written: no hop.
+        if self.eventLoop.inEventLoop {
+            self.isDraining = true
+            self.writeQueued(force: true)
+            if !self.isWriting { return self.failure }
+        }
+        return try? await self.eventLoop.flatSubmit { self.drained().map { self.failure } }.get()
     }
 
     /// Queued bytes wait for more until there are this many (fewer thread hops and system

@@ -27,10 +27,11 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
     private let idleTimeout: TimeAmount
     /// How long an unused connection is kept.
     static let keepAliveTimeout = TimeAmount.seconds(60)
-    /// Connections waiting for their next exchange, most recently used last.
-    private var idle: [Key: [HTTP1ConnectionHandler]] = [:]
-    /// The timers that close idle connections.
-    private var idleTimers: [ObjectIdentifier: Scheduled<Void>] = [:]
+    /// Connections waiting for their next exchange, most recently used last, with when each
+    /// became idle.
+    private var idle: [Key: [(handler: HTTP1ConnectionHandler, since: NIODeadline)]] = [:]
+    /// Closes connections idle for longer than ``keepAliveTimeout``, while there are any.
+    private var sweep: Scheduled<Void>?
     /// Every open connection (to close them at shutdown).
     private var open: [ObjectIdentifier: HTTP1ConnectionHandler] = [:]
     private var isShutDown = false
@@ -73,18 +74,25 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
     /// The request target of `url` as sent (RFC 9112 origin-form): its path and query, percent
     /// escapes kept as written, `/` when it has no path; never the fragment.
     static func requestTarget(of url: URL) -> String {
-        let text = url.absoluteString.utf8
-        // Past "scheme://" and the authority, to the first "/", "?" or "#".
-        guard let schemeEnd = text.firstRange(of: "://".utf8)?.upperBound else { return "/" }
-        var start = schemeEnd
-        while start < text.endIndex, text[start] != UInt8(ascii: "/"), text[start] != UInt8(ascii: "?"), text[start] != UInt8(ascii: "#") {
-            start = text.index(after: start)
+        var text = url.absoluteString
+        text.makeContiguousUTF8()
+        return text.utf8.withContiguousStorageIfAvailable { bytes in
+            // Past "scheme://" and the authority, to the first "/", "?" or "#"; then to "#".
+            let slash = UInt8(ascii: "/"), question = UInt8(ascii: "?"), hash = UInt8(ascii: "#")
+            var index = 0
+            while index + 2 < bytes.count, !(bytes[index] == UInt8(ascii: ":") && bytes[index + 1] == slash && bytes[index + 2] == slash) {
+                index += 1
+            }
+            guard index + 2 < bytes.count else { return "/" }
+            var start = index + 3
+            while start < bytes.count, bytes[start] != slash, bytes[start] != question, bytes[start] != hash { start += 1 }
+            var end = start
+            while end < bytes.count, bytes[end] != hash { end += 1 }
+            guard start < end else { return "/" }
+            let rest = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
+            return bytes[start] == question ? "/" + rest : rest
         }
-        var end = start
-        while end < text.endIndex, text[end] != UInt8(ascii: "#") { end = text.index(after: end) }
-        guard start < end else { return "/" }
-        let target = String(Substring(text[start..<end]))
-        return target.utf8.first == UInt8(ascii: "?") ? "/" + target : target
+        ?? "/"
     }
 
     /// Starts `exchange` on an idle connection to its host, or on a new one.
@@ -115,8 +123,7 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
     }
 
     private func takeIdle(_ key: Key) -> HTTP1ConnectionHandler? {
-        while let handler = self.idle[key]?.popLast() {
-            self.idleTimers.removeValue(forKey: ObjectIdentifier(handler))?.cancel()
+        while let (handler, _) = self.idle[key]?.popLast() {
             if !handler.isClosed { return handler }
         }
         return nil
@@ -128,13 +135,22 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
             handler.close()
             return
         }
-        self.idle[key, default: []].append(handler)
-        let id = ObjectIdentifier(handler)
-        self.idleTimers[id] = self.eventLoop.assumeIsolated().scheduleTask(in: Self.keepAliveTimeout) { [weak handler] in
-            self.idleTimers[id] = nil
-            guard let handler else { return }
-            self.idle[key]?.removeAll { $0 === handler }
-            handler.close()
+        self.idle[key, default: []].append((handler, .now()))
+        if self.sweep == nil { self.scheduleSweep() }
+    }
+
+    /// One timer for every idle connection (not one per connection: a download of many small
+    /// files releases a connection per file).
+    private func scheduleSweep() {
+        self.sweep = self.eventLoop.scheduleTask(in: .seconds(15)) {
+            self.sweep = nil
+            let oldest = NIODeadline.now() - Self.keepAliveTimeout
+            for (key, connections) in self.idle {
+                let (stale, kept) = (connections.filter { $0.since < oldest }, connections.filter { $0.since >= oldest })
+                self.idle[key] = kept.isEmpty ? nil : kept
+                for connection in stale { connection.handler.close() }
+            }
+            if !self.idle.isEmpty { self.scheduleSweep() }
         }
     }
 
@@ -171,8 +187,7 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
     private func forget(_ handler: HTTP1ConnectionHandler, key: Key) {
         let id = ObjectIdentifier(handler)
         self.open[id] = nil
-        self.idleTimers.removeValue(forKey: id)?.cancel()
-        self.idle[key]?.removeAll { $0 === handler }
+        self.idle[key]?.removeAll { $0.handler === handler }
         if self.idle[key]?.isEmpty == true { self.idle[key] = nil }
     }
 
@@ -180,8 +195,8 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
     func shutdown() async {
         try? await self.eventLoop.submit {
             self.isShutDown = true
-            for timer in self.idleTimers.values { timer.cancel() }
-            self.idleTimers.removeAll()
+            self.sweep?.cancel()
+            self.sweep = nil
             self.idle.removeAll()
             let handlers = Array(self.open.values)
             for handler in handlers { handler.close() }
