@@ -17,7 +17,7 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
     // @unchecked: the mutable state is touched on `eventLoop` only (`execute` and `shutdown`
     // hop there).
 
-    private struct Key: Hashable {
+    fileprivate struct Key: Hashable {
         var host: String
         var port: Int
     }
@@ -168,7 +168,7 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
                     try sync.addHandler(HTTP1ConnectionHandler(idleTimeout: idleTimeout))
                 }
             }
-            .connect(host: key.host, port: key.port)
+            .connect(to: key)
             .flatMapThrowing { channel in
                 let handler = try channel.pipeline.syncOperations.handler(type: HTTP1ConnectionHandler.self)
                 return NIOLoopBound(handler, eventLoop: eventLoop)
@@ -208,5 +208,16 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
     private static func clientError(for error: any Error) -> any Error {
         if let channelError = error as? ChannelError, case .connectTimeout = channelError { return HTTPClientError.connectTimeout }
         return error
+    }
+}
+
+extension ClientBootstrap {
+    /// Connects to an IP address literal directly (no resolver, no Happy Eyeballs: nothing to
+    /// race), to a host name through NIO's resolver.
+    fileprivate func connect(to key: HTTP1ConnectionPool.Key) -> EventLoopFuture<any Channel> {
+        if let address = try? SocketAddress(ipAddress: key.host, port: key.port) {
+            return self.connect(to: address)
+        }
+        return self.connect(host: key.host, port: key.port)
     }
 }
