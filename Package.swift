@@ -221,8 +221,11 @@ let package = Package(
             name: "HaulEngineTests",
             dependencies: [
                 "HaulEngine",
+                "HaulTestSupport",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
             swiftSettings: strictSettings
         ),

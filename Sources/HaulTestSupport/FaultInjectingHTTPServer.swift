@@ -63,6 +63,7 @@ public final class FaultInjectingHTTPServer: Sendable {
         var rangeRequestsPerKey: [String: Int] = [:]
         var bodyBytesPerKey: [String: Int64] = [:]
         var openConnections = 0
+        var acceptedConnections = 0
         var peakOpenConnections = 0
         var versions: [String: Int] = [:]
         var openGates: Set<String> = []
@@ -186,6 +187,9 @@ public final class FaultInjectingHTTPServer: Sendable {
         self.state.withLock { $0.activeResponsesPerKey[key, default: 1] -= 1 }
     }
 
+    /// Connections accepted so far.
+    public var acceptedConnections: Int { self.state.withLock { $0.acceptedConnections } }
+
     /// The most connections that were open at once.
     public var peakOpenConnections: Int { self.state.withLock { $0.peakOpenConnections } }
 
@@ -216,6 +220,7 @@ public final class FaultInjectingHTTPServer: Sendable {
     func connectionOpened() {
         self.state.withLock {
             $0.openConnections += 1
+            $0.acceptedConnections += 1
             $0.peakOpenConnections = max($0.peakOpenConnections, $0.openConnections)
         }
     }
