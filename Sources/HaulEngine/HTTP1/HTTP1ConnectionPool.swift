@@ -160,6 +160,7 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
         return ClientBootstrap(group: self.eventLoop)
             .connectTimeout(self.connectTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.maxMessagesPerRead, value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
