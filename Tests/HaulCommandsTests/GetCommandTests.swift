@@ -107,6 +107,55 @@ struct GetCommandTests {
         try await server.shutdown()
     }
 
+    @Test("A download's file has no name until it is placed or checkpointed: kill -9 before its first checkpoint leaves nothing behind")
+    func unnamedUntilNeeded() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        // 100 kB arrive, then the server holds the rest: no checkpoint is due (1 MiB or 1 s of writing).
+        let url = server.url("/file/early.bin?size=500000&seed=44&stallAfter=100000").absoluteString
+        let first = HaulProcess(["get", "-x", "1", url], directory: directory)
+        try first.start()
+        #expect(await waitUntil { server.bodyBytesSent(forKey: "early.bin") >= 100_000 })
+        try await Task.sleep(for: .milliseconds(200))  // the bytes reach the (unnamed) file
+        #expect(listing(directory).isEmpty, "a partial name appeared before it was needed: \(listing(directory))")
+        kill(first.process.processIdentifier, SIGKILL)
+        _ = await first.wait()
+        #expect(listing(directory).isEmpty, "kill -9 left \(listing(directory))")
+
+        let second = try await HaulProcess.run(["get", "-x", "1", server.url("/file/early.bin?size=500000&seed=44").absoluteString], directory: directory)
+        #expect(second.status == 0, "\(second.standardError)")
+        #expect(listing(directory) == ["early.bin"])
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("early.bin").path) == TestContent.sha256Hex(size: 500_000, seed: 44))
+        try await server.shutdown()
+    }
+
+    @Test("A list run finds the checkpoint of an interrupted download among new ones and continues it")
+    func listContinuesInterruptedDownload() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let size: Int64 = 6_000_000
+        let stalled = server.url("/file/long.iso?size=\(size)&seed=45&stallAfter=3000000").absoluteString
+        let first = HaulProcess(["get", "-x", "1", stalled], directory: directory)
+        try first.start()
+        let partial = directory.appendingPathComponent("long.iso.haul-part").path
+        #expect(await waitUntil { (fileSize(partial) ?? 0) > 1_000_000 })
+        first.interrupt()
+        #expect(await first.wait().status == 130)
+        let kept = try #require(fileSize(partial))
+        let sentBefore = server.bodyBytesSent(forKey: "long.iso")
+
+        let list = directory.appendingPathComponent("list.txt")
+        let others = (0..<3).map { server.url("/file/new\($0).bin?size=30000&seed=\($0)").absoluteString }
+        try (others + [stalled]).joined(separator: "\n").write(to: list, atomically: true, encoding: .utf8)
+        let second = try await HaulProcess.run(["get", "-x", "1", "-j", "2", "-i", list.path], directory: directory)
+        #expect(second.status == 0, "\(second.standardError)")
+        #expect(second.standardError.contains("continuing at"), "\(second.standardError)")
+        #expect(server.bodyBytesSent(forKey: "long.iso") - sentBefore == size - kept, "only the missing bytes are fetched")
+        #expect(listing(directory) == ["list.txt", "long.iso", "new0.bin", "new1.bin", "new2.bin"])
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("long.iso").path) == TestContent.sha256Hex(size: size, seed: 45))
+        try await server.shutdown()
+    }
+
     @Test("kill -9 of haul get loses at most the bytes before its checkpoint; the next run continues from the partial file")
     func crashAndContinue() async throws {
         let server = try await FaultInjectingHTTPServer.start()

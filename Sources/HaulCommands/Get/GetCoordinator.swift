@@ -137,6 +137,9 @@ final class GetCoordinator: @unchecked Sendable {
     func run(urls: [URL]) async -> ExitStatus {
         Self.keepFreedHeap()
         let parallelism = self.options.parallelism
+        if urls.count > 1, self.options.outputPath == nil, !self.options.fresh {
+            self.checkpointNames = Self.checkpointNames(in: self.options.directory)
+        }
         let shards = max(1, min(parallelism, urls.count, System.coreCount))
         let engines = (0..<shards).map { _ in self.makeEngine(shards: shards) }
         let signalSources = self.installInterruptHandler()
@@ -201,6 +204,30 @@ final class GetCoordinator: @unchecked Sendable {
     /// Base names already used by a job of this run: two URLs ending in the same name must not
     /// share a partial file.
     private var claimedNames: Set<String> = []
+    /// The checkpoint files (`*.haul-resume`) in the download directory when the run began, for
+    /// a run of several URLs: one directory listing instead of one failed `open` per URL.
+    /// `nil`: not listed (one URL, `-o`, or the listing failed); every job looks for its own.
+    /// Written once by ``run(urls:)`` before any download starts, only read afterwards.
+    private var checkpointNames: Set<String>?
+
+    /// The names of the checkpoint files in `directory`, or `nil` when it cannot be listed.
+    private static func checkpointNames(in directory: String) -> Set<String>? {
+        guard let stream = opendir(directory) else { return nil }
+        defer { closedir(stream) }
+        var names = Set<String>()
+        let suffix = Array(".haul-resume".utf8)
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw -> [UInt8] in
+                let bytes = raw.bindMemory(to: UInt8.self)
+                return Array(bytes.prefix(while: { $0 != 0 }))
+            }
+            if name.count > suffix.count, name.suffix(suffix.count).elementsEqual(suffix) {
+                names.insert(String(decoding: name, as: UTF8.self))
+            }
+        }
+        return names
+    }
+
     /// Directories found writable (asked once per directory, not per file).
     private var writableDirectories: Set<String> = []
 
@@ -225,7 +252,8 @@ final class GetCoordinator: @unchecked Sendable {
         let names = self.options.outputPath == nil ? self.claimBaseName(for: url) : nil
         let job = DownloadJob(url: url, options: self.options, baseName: names?.claimed, urlName: names?.suggested)
         if self.options.fresh { job.discardCheckpoint() }
-        var resume = self.options.fresh ? nil : job.loadCheckpoint(reporter: self.reporter)
+        let mayHaveCheckpoint = self.checkpointNames.map { $0.contains(job.baseName + ".haul-resume") } ?? true
+        var resume = self.options.fresh || !mayHaveCheckpoint ? nil : job.loadCheckpoint(reporter: self.reporter)
         /// Whether a checkpoint file may exist (to remove once the file is complete).
         var checkpointExists = resume != nil
         // Only -c and -o care whether the final name is taken (otherwise a taken name gets a
