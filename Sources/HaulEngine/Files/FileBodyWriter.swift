@@ -62,8 +62,9 @@ package final class FileBodyWriter: @unchecked Sendable {
     /// Bytes queued plus bytes in the batch being written.
     private var buffered = 0
     private var isWriting = false
-    /// Flushes a small queue that waited ``flushDelay`` for more.
-    private var flushTimer: Scheduled<Void>?
+    /// Flushes a small queue that waited ``flushDelay`` for more (a scheduled callback: no
+    /// promise and future per timer, as `scheduleTask` makes).
+    private var flushTimer: NIOScheduledCallback?
     /// Set by ``drained()``: write what is queued now, however little.
     private var isDraining = false
     /// The first write error; once set, nothing more is written.
@@ -153,10 +154,7 @@ package final class FileBodyWriter: @unchecked Sendable {
         let queuedBytes = self.buffered
         guard force || queuedBytes >= min(Self.minimumBatchBytes, self.bufferLimit / 2) else {
             if self.flushTimer == nil {
-                self.flushTimer = self.eventLoop.scheduleTask(in: Self.flushDelay) {
-                    self.flushTimer = nil
-                    self.writeQueued(force: true)
-                }
+                self.flushTimer = try? self.eventLoop.scheduleCallback(in: Self.flushDelay, handler: self)
             }
             return
         }
@@ -256,5 +254,13 @@ package final class FileBodyWriter: @unchecked Sendable {
             self.drainWaiters.removeAll()
             for waiter in waiters { waiter.succeed(()) }
         }
+    }
+}
+
+extension FileBodyWriter: NIOScheduledCallbackHandler {
+    /// The flush timer fired: write what is queued, however little.
+    package func handleScheduledCallback(eventLoop: some EventLoop) {
+        self.flushTimer = nil
+        self.writeQueued(force: true)
     }
 }

@@ -31,7 +31,7 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
     private var keepsAlive = false
     /// When a byte last came or the sink last caught up (for the idle timeout).
     private var lastActivity = NIODeadline.now()
-    private var idleTimer: Scheduled<Void>?
+    private var idleTimer: NIOScheduledCallback?
     /// Exchanges this connection completed.
     private(set) var completedExchanges = 0
     private(set) var isClosed = false
@@ -196,11 +196,19 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
 
     // MARK: - Idle timeout
 
-    /// Checks for silence every `delay`: time the sink spends busy does not count.
+    /// Checks for silence every `delay`: time the sink spends busy does not count. (A scheduled
+    /// callback, not `scheduleTask`: no promise and future per exchange.)
     private func scheduleIdleCheck(in delay: TimeAmount) {
         guard let context else { return }
-        self.idleTimer = context.eventLoop.assumeIsolated().scheduleTask(in: delay) { [weak self] in
-            self?.idleCheckFired()
+        self.idleTimer = try? context.eventLoop.assumeIsolated().scheduleCallback(in: delay, handler: IdleCheck(handler: self))
+    }
+
+    /// Holds the handler weakly, so that a pending check never keeps a closed connection alive.
+    private struct IdleCheck: NIOScheduledCallbackHandler {
+        weak var handler: HTTP1ConnectionHandler?
+
+        func handleScheduledCallback(eventLoop: some EventLoop) {
+            self.handler?.idleCheckFired()
         }
     }
 
