@@ -4,14 +4,16 @@ import NIOHTTP1
 
 /// The last handler of a direct HTTP/1.1 connection (after NIO's request encoder and response
 /// decoder): sends one exchange's request at a time and hands the response to the exchange's
-/// sink part by part, each after the sink's previous future succeeded. While the sink is busy
-/// the parts that already arrived wait here and the channel's reads are held, so a slow disk or
-/// a speed limit slows the sender (TCP back-pressure) instead of filling memory.
+/// sink part by part, each after the sink's previous future succeeded. The decisions (what is
+/// delivered when, when reads are held, whether the connection is reused, whether a failed
+/// request may go again) are ``HTTP1ConnectionStateMachine``'s; this handler runs its actions.
 ///
-/// The connection stays open for the next exchange when the response allows it
-/// (`Connection: keep-alive` semantics, ``onReusable``); otherwise it is closed. No byte is
-/// awaited for longer than the idle timeout while the sink is not busy
-/// (`HTTPClientError.readTimeout`). Everything runs on the channel's event loop.
+/// While the sink is busy the parts that already arrived wait and the channel's reads are held,
+/// so a slow disk or a speed limit slows the sender (TCP back-pressure) instead of filling
+/// memory. The connection stays open for the next exchange when the response allows it
+/// (``onReusable``); otherwise it is closed. No byte is awaited for longer than the idle timeout
+/// while the sink is not busy (`HTTPClientError.readTimeout`). Everything runs on the channel's
+/// event loop.
 final class HTTP1ConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = HTTPClientResponsePart
     typealias OutboundIn = HTTPClientRequestPart
@@ -19,22 +21,14 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
 
     private let idleTimeout: TimeAmount
     private var context: ChannelHandlerContext?
+    private var machine = HTTP1ConnectionStateMachine()
     /// The exchange under way, if any.
     private var exchange: HTTP1Exchange?
-    /// Response parts that arrived while the sink was busy, in order.
-    private var waitingParts = CircularBuffer<HTTPClientResponsePart>()
-    /// Whether the sink has not finished with the last part yet.
-    private var isSinkBusy = false
-    /// Whether the channel asked to read while the sink was busy.
-    private var isReadHeld = false
-    /// Whether the current response lets the connection carry another exchange.
-    private var keepsAlive = false
+    /// Parts the machine said to hold, in order.
+    private var heldParts = CircularBuffer<HTTPClientResponsePart>()
     /// When a byte last came or the sink last caught up (for the idle timeout).
     private var lastActivity = NIODeadline.now()
     private var idleTimer: NIOScheduledCallback?
-    /// Exchanges this connection completed.
-    private(set) var completedExchanges = 0
-    private(set) var isClosed = false
 
     /// Called once an exchange ended and the connection can carry another.
     var onReusable: ((HTTP1ConnectionHandler) -> Void)?
@@ -44,6 +38,9 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
     init(idleTimeout: TimeAmount) {
         self.idleTimeout = idleTimeout
     }
+
+    /// Whether the connection is closed (or closing).
+    var isClosed: Bool { self.machine.isClosed }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
@@ -57,14 +54,13 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
 
     /// Sends `exchange`'s request. Call only while no other exchange is under way.
     func start(_ exchange: HTTP1Exchange) {
-        guard let context, !self.isClosed else {
-            exchange.fail(HTTPClientError.remoteConnectionClosed, mayRetry: self.completedExchanges > 0)
+        let (started, mayRetry) = self.machine.exchangeStarted()
+        guard started, let context else {
+            exchange.fail(HTTPClientError.remoteConnectionClosed, mayRetry: mayRetry)
             return
         }
-        precondition(self.exchange == nil, "one exchange at a time on an HTTP/1.1 connection")
         self.exchange = exchange
         exchange.handler = self
-        self.keepsAlive = true
         self.lastActivity = .now()
         self.scheduleIdleCheck(in: self.idleTimeout)
         context.write(self.wrapOutboundOut(.head(exchange.head)), promise: nil)
@@ -75,104 +71,102 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
     /// the connection (the rest of its response would have to be read first).
     func cancel(_ exchange: HTTP1Exchange) {
         guard self.exchange === exchange else { return }
-        self.failExchange(HTTPClientError.cancelled)
+        self.run(self.machine.exchangeFailed(), error: HTTPClientError.cancelled)
     }
 
     /// Closes the connection; an exchange under way fails with `HTTPClientError.cancelled`.
     func close() {
-        self.failExchange(HTTPClientError.cancelled)
+        self.run(self.machine.channelClosed(), error: HTTPClientError.cancelled)
         self.context?.close(promise: nil)
     }
 
-    // MARK: - Inbound
+    // MARK: - Running the machine's actions
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let part = self.unwrapInboundIn(data)
-        guard let exchange = self.exchange else {
-            // An answer nobody asked for: the connection cannot be trusted with another request.
-            context.close(promise: nil)
-            return
-        }
-        exchange.hasReceivedAnything = true
-        self.lastActivity = .now()
-        if self.isSinkBusy {
-            self.waitingParts.append(part)
-        } else {
-            self.deliver(part, to: exchange)
+    /// Runs `action`; `received` is the part just received, if the action is about one; `error`
+    /// is the failure a `.failExchange` reports (made only then: an `any Error` is a heap box).
+    private func run(
+        _ action: HTTP1ConnectionStateMachine.Action,
+        received: HTTPClientResponsePart? = nil,
+        error: @autoclosure () -> any Error = HTTPClientError.remoteConnectionClosed
+    ) {
+        switch action {
+        case .none:
+            break
+        case .deliverReceived:
+            if let received { self.deliver(received) }
+        case .holdReceived:
+            if let received { self.heldParts.append(received) }
+        case .deliverFirstHeld:
+            if let part = self.heldParts.popFirst() { self.deliver(part) }
+        case .read:
+            self.context?.read()
+        case .finishExchange(let reuse, let thenRead):
+            // The end was the part just received, or the first held one; anything held after
+            // it goes too. (Emptied only when something is held: `removeAll` costs.)
+            if !self.heldParts.isEmpty { self.heldParts.removeAll(keepingCapacity: true) }
+            guard let exchange = self.exchange else { return }
+            self.exchange = nil
+            self.cancelIdleCheck()
+            if reuse { self.onReusable?(self) } else { self.context?.close(promise: nil) }
+            exchange.succeed()
+            // An idle connection keeps reading, so that a server's close is noticed.
+            if thenRead { self.context?.read() }
+        case .failExchange(let mayRetry):
+            if !self.heldParts.isEmpty { self.heldParts.removeAll(keepingCapacity: true) }
+            guard let exchange = self.exchange else { return }
+            self.exchange = nil
+            self.cancelIdleCheck()
+            self.context?.close(promise: nil)
+            exchange.fail(error(), mayRetry: mayRetry)
+        case .close:
+            self.context?.close(promise: nil)
         }
     }
 
-    private func deliver(_ part: HTTPClientResponsePart, to exchange: HTTP1Exchange) {
+    /// Hands `part` (a head or body) to the sink; the machine hears when its future completes.
+    private func deliver(_ part: HTTPClientResponsePart) {
+        guard let exchange = self.exchange else { return }
         let eventLoop = exchange.eventLoop
         let future: EventLoopFuture<Void>
         switch part {
         case .head(let head):
-            self.keepsAlive = head.isKeepAlive
             future = exchange.sink.receivedHead(head, on: eventLoop)
         case .body(let buffer):
             future = exchange.sink.receivedBodyPart(buffer, on: eventLoop)
         case .end:
-            self.finishExchange(exchange)
-            return
+            preconditionFailure("the machine finishes an exchange at its end, never delivers it")
         }
-        self.isSinkBusy = true
         // A future that already succeeded (the usual case) runs this at once.
         future.assumeIsolated().whenComplete { result in
             guard self.exchange === exchange else { return }
-            self.isSinkBusy = false
             switch result {
             case .success:
                 self.lastActivity = .now()
-                self.deliverWaitingParts()
+                self.run(self.machine.sinkFinished())
             case .failure(let error):
-                self.failExchange(error)
+                self.run(self.machine.exchangeFailed(), error: error)
             }
         }
     }
 
-    private func deliverWaitingParts() {
-        while !self.isSinkBusy, let exchange = self.exchange, let part = self.waitingParts.popFirst() {
-            self.deliver(part, to: exchange)
+    // MARK: - Channel events
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let part = self.unwrapInboundIn(data)
+        let kind: HTTP1ConnectionStateMachine.PartKind
+        switch part {
+        case .head(let head): kind = .head(keepsAlive: head.isKeepAlive)
+        case .body: kind = .body
+        case .end: kind = .end
         }
-        self.releaseHeldRead()
-    }
-
-    private func releaseHeldRead() {
-        guard !self.isSinkBusy, self.waitingParts.isEmpty, self.isReadHeld, let context else { return }
-        self.isReadHeld = false
-        context.read()
-    }
-
-    private func finishExchange(_ exchange: HTTP1Exchange) {
-        self.exchange = nil
-        self.idleTimer?.cancel()
-        self.idleTimer = nil
-        self.completedExchanges += 1
-        if self.keepsAlive, !self.isClosed {
-            self.onReusable?(self)
-        } else {
-            self.context?.close(promise: nil)
-        }
-        exchange.succeed()
-        // An idle connection keeps reading, so that a server's close is noticed.
-        self.releaseHeldRead()
-    }
-
-    private func failExchange(_ error: any Error) {
-        guard let exchange = self.exchange else { return }
-        self.exchange = nil
-        self.isSinkBusy = false
-        self.waitingParts.removeAll()
-        self.idleTimer?.cancel()
-        self.idleTimer = nil
-        self.context?.close(promise: nil)
-        // A kept-alive connection the server closed before answering: the request may go again.
-        exchange.fail(error, mayRetry: self.completedExchanges > 0 && !exchange.hasReceivedAnything)
+        self.exchange?.hasReceivedAnything = true
+        self.lastActivity = .now()
+        self.run(self.machine.partReceived(kind), received: part)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        self.isClosed = true
-        self.failExchange(HTTPClientError.remoteConnectionClosed)
+        self.run(self.machine.channelClosed())
+        self.cancelIdleCheck()
         self.onClosed?(self)
         self.onClosed = nil
         self.onReusable = nil
@@ -180,18 +174,12 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        self.failExchange(error)
+        self.run(self.machine.exchangeFailed(), error: error)
         context.close(promise: nil)
     }
 
-    // MARK: - Outbound
-
     func read(context: ChannelHandlerContext) {
-        if self.isSinkBusy || !self.waitingParts.isEmpty {
-            self.isReadHeld = true
-        } else {
-            context.read()
-        }
+        self.run(self.machine.readRequested())
     }
 
     // MARK: - Idle timeout
@@ -201,6 +189,11 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
     private func scheduleIdleCheck(in delay: TimeAmount) {
         guard let context else { return }
         self.idleTimer = try? context.eventLoop.assumeIsolated().scheduleCallback(in: delay, handler: IdleCheck(handler: self))
+    }
+
+    private func cancelIdleCheck() {
+        self.idleTimer?.cancel()
+        self.idleTimer = nil
     }
 
     /// Holds the handler weakly, so that a pending check never keeps a closed connection alive.
@@ -215,13 +208,13 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
     private func idleCheckFired() {
         self.idleTimer = nil
         guard self.exchange != nil else { return }
-        if self.isSinkBusy || !self.waitingParts.isEmpty {
+        if self.machine.isWaitingForSink {
             self.scheduleIdleCheck(in: self.idleTimeout)
             return
         }
         let silent = NIODeadline.now() - self.lastActivity
         if silent >= self.idleTimeout {
-            self.failExchange(HTTPClientError.readTimeout)
+            self.run(self.machine.exchangeFailed(), error: HTTPClientError.readTimeout)
         } else {
             self.scheduleIdleCheck(in: self.idleTimeout - silent)
         }
