@@ -129,6 +129,41 @@ struct GetCommandTests {
         try await server.shutdown()
     }
 
+    @Test(
+        "An unprivileged user: no socket option that needs privileges, unnamed files linked and named without privileges, Ctrl-C and continue",
+        .enabled(if: geteuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"))
+    )
+    func unprivilegedUser() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        chmod(directory.path, 0o777)
+        let small = server.url("/file/small.bin?size=20000&seed=46").absoluteString
+        let larger = server.url("/file/larger.bin?size=300000&seed=47").absoluteString
+        let both = try await HaulProcess.run(["get", "-j", "2", small, larger], directory: directory, unprivileged: true)
+        #expect(both.status == 0, "\(both.standardError)")
+        #expect(listing(directory) == ["larger.bin", "small.bin"])
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("larger.bin").path) == TestContent.sha256Hex(size: 300_000, seed: 47))
+        let owner = try FileManager.default.attributesOfItem(atPath: directory.appendingPathComponent("small.bin").path)[.ownerAccountID] as? NSNumber
+        #expect(owner?.intValue == HaulProcess.unprivilegedID)
+
+        // The partial file gets its name from the first checkpoint (linkat: AT_EMPTY_PATH where the
+        // kernel lets anyone link an O_TMPFILE file, else through /proc/self/fd).
+        let size: Int64 = 3_000_000
+        let stalled = server.url("/file/slow.iso?size=\(size)&seed=48&stallAfter=1500000").absoluteString
+        let first = HaulProcess(["get", "-x", "1", stalled], directory: directory, unprivileged: true)
+        try first.start()
+        let partial = directory.appendingPathComponent("slow.iso.haul-part").path
+        #expect(await waitUntil { (fileSize(partial) ?? 0) > 1_000_000 })
+        first.interrupt()
+        let interrupted = await first.wait()
+        #expect(interrupted.status == 130, "\(interrupted.standardError)")
+        let second = try await HaulProcess.run(["get", "-x", "1", stalled], directory: directory, unprivileged: true)
+        #expect(second.status == 0, "\(second.standardError)")
+        #expect(second.standardError.contains("continuing at"), "\(second.standardError)")
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("slow.iso").path) == TestContent.sha256Hex(size: size, seed: 48))
+        try await server.shutdown()
+    }
+
     @Test("A list run finds the checkpoint of an interrupted download among new ones and continues it")
     func listContinuesInterruptedDownload() async throws {
         let server = try await FaultInjectingHTTPServer.start()

@@ -25,12 +25,22 @@ struct HaulProcess {
     private let outputPipe = Pipe()
     private let errorPipe = Pipe()
 
-    init(_ arguments: [String], directory: URL, environment: [String: String] = [:]) {
+    /// The user `nobody` (65534), for runs as an unprivileged user.
+    static let unprivilegedID = 65534
+
+    /// `unprivileged`: run as `nobody` through `setpriv` (the test must run as root).
+    init(_ arguments: [String], directory: URL, environment: [String: String] = [:], unprivileged: Bool = false) {
         if !environment.isEmpty {
             self.process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
         }
-        self.process.executableURL = Self.executable
-        self.process.arguments = arguments
+        if unprivileged {
+            self.process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+            let id = Self.unprivilegedID
+            self.process.arguments = ["--reuid=\(id)", "--regid=\(id)", "--clear-groups", Self.executable.path] + arguments
+        } else {
+            self.process.executableURL = Self.executable
+            self.process.arguments = arguments
+        }
         self.process.currentDirectoryURL = directory
         self.process.standardOutput = self.outputPipe
         self.process.standardError = self.errorPipe
@@ -62,8 +72,8 @@ struct HaulProcess {
     }
 
     /// Runs `haul ARGUMENTS` to the end.
-    static func run(_ arguments: [String], directory: URL, environment: [String: String] = [:]) async throws -> Result {
-        let process = HaulProcess(arguments, directory: directory, environment: environment)
+    static func run(_ arguments: [String], directory: URL, environment: [String: String] = [:], unprivileged: Bool = false) async throws -> Result {
+        let process = HaulProcess(arguments, directory: directory, environment: environment, unprivileged: unprivileged)
         try process.start()
         return await process.wait()
     }

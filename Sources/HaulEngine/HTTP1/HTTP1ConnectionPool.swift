@@ -159,7 +159,7 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
         let eventLoop = self.eventLoop
         return ClientBootstrap(group: self.eventLoop)
             .connectTimeout(self.connectTimeout)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelOption(.maxMessagesPerRead, value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {

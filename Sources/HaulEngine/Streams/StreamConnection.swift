@@ -29,7 +29,7 @@ package final class StreamConnection: Sendable {
             let channel = try await ClientBootstrap(group: eventLoop)
                 .connectTimeout(connectTimeout)
                 .channelOption(.allowRemoteHalfClosure, value: true)
-                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                .channelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(buffer) }
                 }
