@@ -65,27 +65,28 @@ struct HTTP1ConnectionStateMachineTests {
         #expect(machine.partReceived(.head(keepsAlive: true)) == .close)
     }
 
+    /// A connection that completed one kept-alive exchange and started the next.
+    private static func secondExchangeStarted() -> Machine {
+        var machine = Machine()
+        _ = machine.exchangeStarted()
+        _ = machine.partReceived(.head(keepsAlive: true))
+        _ = machine.sinkFinished()
+        _ = machine.partReceived(.end)
+        _ = machine.exchangeStarted()
+        return machine
+    }
+
     @Test("A failure may be retried only on a reused connection before any answer")
     func retryRules() {
         var fresh = Machine()
         _ = fresh.exchangeStarted()
         #expect(fresh.channelClosed() == .failExchange(mayRetry: false), "a new connection's failure is the server's answer")
 
-        var reused = Machine()
-        _ = reused.exchangeStarted()
-        _ = reused.partReceived(.head(keepsAlive: true))
-        _ = reused.sinkFinished()
-        _ = reused.partReceived(.end)
-        _ = reused.exchangeStarted()
+        var reused = Self.secondExchangeStarted()
         #expect(reused.channelClosed() == .failExchange(mayRetry: true), "closed as the request went out: send it again")
         #expect(reused.channelClosed() == .none, "nothing left to fail")
 
-        var answered = Machine()
-        _ = answered.exchangeStarted()
-        _ = answered.partReceived(.head(keepsAlive: true))
-        _ = answered.sinkFinished()
-        _ = answered.partReceived(.end)
-        _ = answered.exchangeStarted()
+        var answered = Self.secondExchangeStarted()
         _ = answered.partReceived(.head(keepsAlive: true))
         #expect(answered.hasReceivedAnything)
         #expect(answered.exchangeFailed() == .failExchange(mayRetry: false), "part of the answer came: never sent twice")
