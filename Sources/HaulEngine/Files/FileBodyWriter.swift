@@ -116,10 +116,7 @@ package final class FileBodyWriter: @unchecked Sendable {
     /// Succeeds once every queued byte is in the file (or nothing more will be written because
     /// a write failed: check ``failure``). Never fails.
     package func drained() -> EventLoopFuture<Void> {
-        self.eventLoop.assertInEventLoop()
-        self.isDraining = true
-        self.writeQueued(force: true)
-        guard self.isWriting else { return self.eventLoop.makeSucceededVoidFuture() }
+        guard !self.startDraining() else { return self.eventLoop.makeSucceededVoidFuture() }
         let waiter = self.eventLoop.makePromise(of: Void.self)
         self.drainWaiters.append(waiter)
         return waiter.futureResult
@@ -128,13 +125,17 @@ package final class FileBodyWriter: @unchecked Sendable {
     /// Waits until every queued byte is in the file or a write has failed; returns the failure.
     /// Call from any task once the exchange has ended.
     package func drain() async -> URLError? {
-        // On the loop already (a run's task prefers it) with nothing being written: no hop.
-        if self.eventLoop.inEventLoop {
-            self.isDraining = true
-            self.writeQueued(force: true)
-            if !self.isWriting { return self.failure }
-        }
+        // On the loop already (a run's task prefers it) with nothing left to write: no hop.
+        if self.eventLoop.inEventLoop, self.startDraining() { return self.failure }
         return try? await self.eventLoop.flatSubmit { self.drained().map { self.failure } }.get()
+    }
+
+    /// Writes what is queued now, however little; whether nothing is being written any more.
+    private func startDraining() -> Bool {
+        self.eventLoop.assertInEventLoop()
+        self.isDraining = true
+        self.writeQueued(force: true)
+        return !self.isWriting
     }
 
     /// Queued bytes wait for more until there are this many (fewer thread hops and system
@@ -160,10 +161,9 @@ package final class FileBodyWriter: @unchecked Sendable {
         }
         self.flushTimer?.cancel()
         self.flushTimer = nil
-        if let opening, self.opensUnnamed, self.isDraining, queuedBytes <= Self.maximumFirstBatchOnCreationThread {
-            self.openAndWriteOnLoop(opening)
-            return
-        }
+        // The whole body of a small download into an unnamed file (no directory lock to wait
+        // for): opened and written right here, without the two thread hops.
+        let onLoop = opening != nil && self.opensUnnamed && self.isDraining && queuedBytes <= Self.maximumFirstBatchOnCreationThread
         // The creation thread writes a small first batch (a small file in one hop); a larger
         // one waits for the write threads, so that one slow disk write cannot hold up every
         // other download's file creation behind it. An unnamed file needs no creation thread.
@@ -176,8 +176,7 @@ package final class FileBodyWriter: @unchecked Sendable {
         self.isWriting = true
         let openedFile = self.file
         self.open = nil
-        let pool = opening == nil || self.opensUnnamed ? self.pool : self.openPool
-        pool.runIfActive(eventLoop: self.eventLoop) { () -> BatchResult in
+        let job = { @Sendable () -> BatchResult in
             let file: PartialFile
             if let openedFile {
                 file = openedFile
@@ -186,13 +185,18 @@ package final class FileBodyWriter: @unchecked Sendable {
             }
             let (written, failure) = batch.isEmpty ? (0, nil) : file.write(contentsOf: batch, at: offset)
             return BatchResult(written: written, failure: failure, opened: openedFile == nil ? file : nil)
-        }.whenComplete { result in
+        }
+        if onLoop {
+            self.jobEnded(job(), count: count)
+            return
+        }
+        let pool = opening == nil || self.opensUnnamed ? self.pool : self.openPool
+        pool.runIfActive(eventLoop: self.eventLoop, job).whenComplete { result in
             // `batch` is released here, on the loop that allocated its buffers.
             withExtendedLifetime(batch) {}
             switch result {
             case .success(let batch):
-                if let opened = batch.opened { self.file = opened }
-                self.batchEnded(batch, count: count)
+                self.jobEnded(batch, count: count)
             case .failure(let error):
                 let what = openedFile.map { "cannot write to \($0.path)" } ?? "cannot open the file"
                 self.batchEnded(BatchResult(written: 0, failure: URLError(.cannotWriteToFile, userInfo: [NSLocalizedDescriptionKey: "\(what): \(error)"]), opened: nil), count: count)
@@ -200,26 +204,10 @@ package final class FileBodyWriter: @unchecked Sendable {
         }
     }
 
-    /// The whole (small) body, opened and written on the event loop: what the first job would
-    /// do, without the two thread hops.
-    private func openAndWriteOnLoop(_ opening: @Sendable () throws(URLError) -> PartialFile) {
-        let batch = self.queued
-        self.queued.removeAll(keepingCapacity: true)
-        self.open = nil
-        let count = batch.reduce(0) { $0 + $1.readableBytes }
-        let offset = self.nextOffset
-        self.nextOffset += Int64(count)
-        let result: BatchResult
-        do throws(URLError) {
-            let file = try opening()
-            self.file = file
-            let (written, failure) = batch.isEmpty ? (0, nil) : file.write(contentsOf: batch, at: offset)
-            result = BatchResult(written: written, failure: failure, opened: nil)
-        } catch {
-            result = BatchResult(written: 0, failure: error, opened: nil)
-        }
-        self.isWriting = true
-        self.batchEnded(result, count: count)
+    /// A job ended: keep the file it opened, then account for its batch.
+    private func jobEnded(_ batch: BatchResult, count: Int) {
+        if let opened = batch.opened { self.file = opened }
+        self.batchEnded(batch, count: count)
     }
 
     /// What one batch wrote: the bytes in the file (a prefix of the batch), and why it stopped
