@@ -3,6 +3,7 @@ import Foundation
 import HaulCore
 import Logging
 import NIOCore
+import NIOHTTP1
 import NIOPosix
 import NIOSSL
 import Synchronization
@@ -176,13 +177,23 @@ package final class TransferEngine: Sendable {
         return (client, log, key.proxy != nil)
     }
 
-    /// The direct HTTP/1.1 connections, when they can carry a request for `url` (a download:
-    /// the body goes to a file) with `method`, with or without a body.
-    func directConnections(for url: URL, method: String, hasBody: Bool) -> HTTP1ConnectionPool? {
+    /// Starts a download's exchange over the engine's own HTTP/1.1 connections when they can
+    /// carry it (``HTTP1ConnectionPool/carries(url:method:hasBody:isProxied:)``); `nil`: send it
+    /// through AsyncHTTPClient. `sink` gets the response; `finished` makes the delegate's
+    /// response from it once it has ended, on the loop.
+    func startDirectExchange<Response: Sendable>(
+        url: URL,
+        method: String,
+        headers: HTTPHeaders,
+        hasBody: Bool,
+        sink: any HTTP1ResponseSink,
+        finished: @escaping @Sendable () throws -> Response
+    ) -> RunningExchange<Response>? {
         guard let pool = self.directConnections,
             HTTP1ConnectionPool.carries(url: url, method: method, hasBody: hasBody, isProxied: self.configuration.proxies.proxy(for: url) != nil)
         else { return nil }
-        return pool
+        let exchange = pool.execute(url: url, method: HTTPMethod(rawValue: method), headers: headers, sink: sink)
+        return .direct(exchange, ended: exchange.ended.flatMapThrowing { try finished() })
     }
 
     /// Closes the connection pools. In-flight requests fail.

@@ -159,7 +159,6 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
         case .body: kind = .body
         case .end: kind = .end
         }
-        self.exchange?.hasReceivedAnything = true
         self.lastActivity = .now()
         self.run(self.machine.partReceived(kind), received: part)
     }

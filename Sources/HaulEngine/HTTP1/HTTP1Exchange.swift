@@ -23,8 +23,6 @@ final class HTTP1Exchange: @unchecked Sendable {
 
     /// The connection carrying the exchange now, once it has one.
     var handler: HTTP1ConnectionHandler?
-    /// Whether any part of the response came (then it is never sent again).
-    var hasReceivedAnything = false
     private var isEnded = false
     private var isCancelled = false
     private var hasRetried = false
@@ -73,12 +71,13 @@ final class HTTP1Exchange: @unchecked Sendable {
         self.promise.succeed(())
     }
 
-    /// The exchange failed; sent again on a new connection when `mayRetry` (a reused
-    /// connection that failed before any answer) and it was not sent twice already.
+    /// The exchange failed; sent again on a new connection when `mayRetry` (the connection's
+    /// state machine says so: a reused connection that failed before any answer) unless it was
+    /// cancelled or sent twice already.
     func fail(_ error: any Error, mayRetry: Bool) {
         guard !self.isEnded else { return }
         self.handler = nil
-        if mayRetry, !self.isCancelled, !self.hasRetried, !self.hasReceivedAnything {
+        if mayRetry, !self.isCancelled, !self.hasRetried {
             self.hasRetried = true
             self.pool.dispatch(self, onNewConnection: true)
             return

@@ -391,9 +391,11 @@ final class SegmentGroup: @unchecked Sendable {
         if case .ready(let configuration) = source.tls { tlsConfiguration = configuration }
         let delegate = SegmentExchange(group: self, lane: lane, range: range)
         let task: RunningExchange<Void>
-        if tlsConfiguration == nil, let pool = self.run.engine.directConnections(for: source.url, method: "GET", hasBody: false) {
-            let exchange = pool.execute(url: source.url, method: .GET, headers: headers, sink: delegate)
-            task = .direct(exchange, ended: exchange.ended.flatMapThrowing { try delegate.finishedResponse() })
+        if let direct = self.run.engine.startDirectExchange(
+            url: source.url, method: "GET", headers: headers, hasBody: false,
+            sink: delegate, finished: { try delegate.finishedResponse() }
+        ) {
+            task = direct
         } else {
             let request: HTTPClient.Request
             do {

@@ -468,12 +468,15 @@ package final class TransferRun: Sendable {
         var probe: ExchangeLogProbe?
         var connectionLog: ConnectionEventLog?
         var isProxied = false
-        if tlsConfiguration == nil, case .file = self.destination,
-            let pool = self.engine.directConnections(for: request.url, method: request.method, hasBody: !request.body.isNone)
+        let isDownload: Bool = if case .file = self.destination { true } else { false }
+        if isDownload,
+            let direct = self.engine.startDirectExchange(
+                url: request.url, method: request.method, headers: fieldList, hasBody: !request.body.isNone,
+                sink: delegate, finished: { try delegate.finishedResponse() }
+            )
         {
             // A download over plain HTTP: the engine's own connections, no AsyncHTTPClient.
-            let exchange = pool.execute(url: request.url, method: HTTPMethod(rawValue: request.method), headers: fieldList, sink: delegate)
-            task = .direct(exchange, ended: exchange.ended.flatMapThrowing { try delegate.finishedResponse() })
+            task = direct
         } else {
             let clientRequest: HTTPClient.Request
             do {
