@@ -84,14 +84,11 @@ struct GetCommandTests {
         // looks (a paced one could finish while a loaded machine kept the test from looking).
         let url = server.url("/file/big.iso?size=\(size)&seed=41&stallAfter=3000000").absoluteString
         // One connection: this is about a download written in order (segmented ones have tests of their own).
-        let first = HaulProcess(["get", "-x", "1", url], directory: directory)
-        try first.start()
         let partial = directory.appendingPathComponent("big.iso.haul-part").path
-        #expect(await waitUntil {
+        let (interrupted, reached) = try await HaulProcess.interrupt(["get", "-x", "1", url], directory: directory) {
             (fileSize(partial) ?? 0) > 1_000_000
-        })
-        first.interrupt()
-        let interrupted = await first.wait()
+        }
+        #expect(reached)
         #expect(interrupted.status == 130, "\(interrupted.standardError)")
         #expect(listing(directory) == ["big.iso.haul-part", "big.iso.haul-resume"])
         let kept = try #require(fileSize(partial))
@@ -150,12 +147,11 @@ struct GetCommandTests {
         // kernel lets anyone link an O_TMPFILE file, else through /proc/self/fd).
         let size: Int64 = 3_000_000
         let stalled = server.url("/file/slow.iso?size=\(size)&seed=48&stallAfter=1500000").absoluteString
-        let first = HaulProcess(["get", "-x", "1", stalled], directory: directory, unprivileged: true)
-        try first.start()
         let partial = directory.appendingPathComponent("slow.iso.haul-part").path
-        #expect(await waitUntil { (fileSize(partial) ?? 0) > 1_000_000 })
-        first.interrupt()
-        let interrupted = await first.wait()
+        let (interrupted, reached) = try await HaulProcess.interrupt(["get", "-x", "1", stalled], directory: directory, unprivileged: true) {
+            (fileSize(partial) ?? 0) > 1_000_000
+        }
+        #expect(reached)
         #expect(interrupted.status == 130, "\(interrupted.standardError)")
         let second = try await HaulProcess.run(["get", "-x", "1", stalled], directory: directory, unprivileged: true)
         #expect(second.status == 0, "\(second.standardError)")
@@ -170,12 +166,12 @@ struct GetCommandTests {
         let directory = try makeTemporaryDirectory()
         let size: Int64 = 6_000_000
         let stalled = server.url("/file/long.iso?size=\(size)&seed=45&stallAfter=3000000").absoluteString
-        let first = HaulProcess(["get", "-x", "1", stalled], directory: directory)
-        try first.start()
         let partial = directory.appendingPathComponent("long.iso.haul-part").path
-        #expect(await waitUntil { (fileSize(partial) ?? 0) > 1_000_000 })
-        first.interrupt()
-        #expect(await first.wait().status == 130)
+        let (interrupted, reached) = try await HaulProcess.interrupt(["get", "-x", "1", stalled], directory: directory) {
+            (fileSize(partial) ?? 0) > 1_000_000
+        }
+        #expect(reached)
+        #expect(interrupted.status == 130, "\(interrupted.standardError)")
         let kept = try #require(fileSize(partial))
         let sentBefore = server.bodyBytesSent(forKey: "long.iso")
 

@@ -71,6 +71,21 @@ struct HaulProcess {
         )
     }
 
+    /// Runs `haul ARGUMENTS` until `condition` holds (the download is surely under way), then
+    /// presses Ctrl-C and waits for it to end. `reached`: whether the condition came in time.
+    static func interrupt(
+        _ arguments: [String],
+        directory: URL,
+        unprivileged: Bool = false,
+        when condition: () -> Bool
+    ) async throws -> (result: Result, reached: Bool) {
+        let process = HaulProcess(arguments, directory: directory, unprivileged: unprivileged)
+        try process.start()
+        let reached = await waitUntil(condition)
+        process.interrupt()
+        return (await process.wait(), reached)
+    }
+
     /// Runs `haul ARGUMENTS` to the end.
     static func run(_ arguments: [String], directory: URL, environment: [String: String] = [:], unprivileged: Bool = false) async throws -> Result {
         let process = HaulProcess(arguments, directory: directory, environment: environment, unprivileged: unprivileged)
