@@ -27,6 +27,9 @@ package final class TransferEngine: Sendable {
         package var maximumConnectionsPerDownload: Int = 1
         /// No segment is made smaller than this.
         package var minimumSegmentBytes: Int64 = 1 << 20
+        /// Bytes per second at which a download's first connection is left alone: no segments
+        /// are added while it keeps this speed (``SplitGate``; `.infinity`: always split).
+        package var sufficientConnectionSpeed: Double = SplitGate.defaultFastEnough
         /// Redirects followed in one chain.
         package var maximumRedirects: Int = 16
         /// Proxies by scheme, and the hosts that bypass them.

@@ -59,5 +59,41 @@ struct SegmentedDownloadTests {
         #expect(total - size <= 14 << 20, "sent twice: \(total - size) bytes (\(sentBefore) before the cancel)")
         try await env.finish()
     }
+
+    @Test("A first connection fast enough alone keeps the download to itself (haulSufficientConnectionSpeed)")
+    func sufficientConnectionIsNotSplit() async throws {
+        // 0 bytes per second: any connection is fast enough, so four allowed connections stay one.
+        let env = try await TestEnvironment.make {
+            $0.haulMaximumConnectionsPerDownload = 4
+            $0.haulSufficientConnectionSpeed = 0
+        }
+        let size: Int64 = 8 << 20
+        let task = env.session.downloadTask(with: env.server.url("/file/alone?size=\(size)&seed=73&rate=16000000"))
+        task.resume()
+        #expect(await env.delegate.completion(of: task) == nil)
+        #expect(env.delegate.finishedDigests == [TestContent.sha256Hex(size: size, seed: 73)])
+        #expect(env.server.requestCount(forKey: "alone") == 1, "one request: the download was never split")
+        try await env.finish()
+    }
+
+    @Test("A first connection that stalls gets help: segments start, and the file is exact")
+    func stallOpensTheGate() async throws {
+        // 1 byte per second is enough while bytes flow at all; the server then holds the
+        // response after 3 MB (every response does, until the gate opens): a window without a
+        // byte opens the gate, whatever the machine's load.
+        let env = try await TestEnvironment.make {
+            $0.haulMaximumConnectionsPerDownload = 4
+            $0.haulSufficientConnectionSpeed = 1
+        }
+        let size: Int64 = 16 << 20
+        let task = env.session.downloadTask(with: env.server.url("/file/stall?size=\(size)&seed=74&rate=20000000&gate=stall&holdAfter=3000000"))
+        task.resume()
+        #expect(await waitUntil { task.haulConnectionCount > 1 }, "the stall made the download open more connections")
+        env.server.openGate("stall")
+        #expect(await env.delegate.completion(of: task) == nil)
+        #expect(env.delegate.finishedDigests == [TestContent.sha256Hex(size: size, seed: 74)])
+        #expect(env.server.requestCount(forKey: "stall") > 1)
+        try await env.finish()
+    }
 }
 

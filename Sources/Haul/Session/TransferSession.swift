@@ -101,6 +101,7 @@ public final class TransferSession: Sendable {
         engineConfiguration.maximumRedirects = copy.maximumRedirects
         engineConfiguration.maximumConnectionsPerDownload = max(1, copy.haulMaximumConnectionsPerDownload)
         engineConfiguration.minimumSegmentBytes = Int64(max(16 << 10, copy.haulMinimumSegmentBytes))
+        engineConfiguration.sufficientConnectionSpeed = copy.haulSufficientConnectionSpeed
         engineConfiguration.proxies = copy.proxySettings
         engineConfiguration.tls.minimumVersion = copy.tlsMinimumSupportedProtocolVersion.nioVersion
         engineConfiguration.tls.maximumVersion = copy.tlsMaximumSupportedProtocolVersion.nioVersion

@@ -65,6 +65,12 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
     public var haulMaximumConnectionsPerDownload: Int = 1
     /// Haul extension: no segment of a segmented download is smaller than this. Default 1 MiB.
     public var haulMinimumSegmentBytes: Int = 1 << 20
+    /// Haul extension: a segmented download whose first connection receives at least this many
+    /// bytes per second stays on that one connection; segments are added from the first 50 ms
+    /// window below it (a slow or throttled server, a stall), and then for good. Default
+    /// 512 MiB/s (beyond what a SATA SSD writes: more connections would add CPU, not speed);
+    /// `.infinity` splits every time.
+    public var haulSufficientConnectionSpeed: Double = 512 * 1024 * 1024
     /// Redirects followed in one chain before the task fails with `httpTooManyRedirects`.
     /// Default 16, as URLSession.
     public var maximumRedirects: Int = 16
@@ -174,6 +180,7 @@ public final class TransferSessionConfiguration: @unchecked Sendable {
         copy.maximumRedirects = self.maximumRedirects
         copy.haulMaximumConnectionsPerDownload = self.haulMaximumConnectionsPerDownload
         copy.haulMinimumSegmentBytes = self.haulMinimumSegmentBytes
+        copy.haulSufficientConnectionSpeed = self.haulSufficientConnectionSpeed
         copy.temporaryDirectory = self.temporaryDirectory
         copy.allowsCellularAccess = self.allowsCellularAccess
         copy.isDiscretionary = self.isDiscretionary

@@ -175,7 +175,7 @@ final class GetCoordinator: @unchecked Sendable {
     private var interrupted: Bool { self.lock.withLock { self.isInterrupted } }
 
     /// Keeps freed heap memory for reuse instead of handing it back to the kernel at once.
-    /// Network buffers are freed a batch at a time (up to a download's 2 MiB write budget), and
+    /// Network buffers are freed a batch at a time (up to a download's 1 MiB write budget), and
     /// glibc returned the top of a thread's heap whenever more than 128 KiB were free there:
     /// the next reads faulted the same pages in again, zeroed (a 1 GiB download on one
     /// connection: ~80,000 page faults, a fifth of its CPU time). The peak resident set is
@@ -184,6 +184,10 @@ final class GetCoordinator: @unchecked Sendable {
         // mallopt(M_TRIM_THRESHOLD = -1, bytes); not declared in Swift's Glibc module.
         typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
         _ = GlibcFunction.lookup("mallopt", as: Mallopt.self)?(-1, 16 << 20)
+        // mallopt(M_MMAP_THRESHOLD = -3, bytes): setting the trim threshold also fixes this one
+        // at 128 KiB, and a large download's 512 KiB read buffers would each be a fresh mapping
+        // (page faults on every byte). Below 4 MiB they come from the heap and are reused.
+        _ = GlibcFunction.lookup("mallopt", as: Mallopt.self)?(-3, 4 << 20)
     }
 
     /// The URLs not started yet, taken in order by the workers of ``run(urls:)``.

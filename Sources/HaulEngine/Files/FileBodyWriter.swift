@@ -28,6 +28,13 @@ import NIOPosix
 /// body that ended within 64 KiB before anything was written is opened and written right on
 /// the event loop (a small file costs no thread hop at all: one create, one write).
 ///
+/// A small download into an unnamed file (its body known to end within
+/// ``maximumBodyWrittenOnLoop``, `writesOnEventLoop`) goes further: every batch of it is written
+/// right on the event loop, as curl and aria2 write, with no thread hop at all. A page-cache write
+/// of at most that much costs less than the two hops around it (measured: 500 files of 256 KiB,
+/// 11 % less CPU); a larger body keeps the write threads, so one slow disk write never holds up
+/// the other downloads on the loop for long.
+///
 /// Every method and callback runs on `eventLoop` (the exchange's loop): the state needs no lock.
 /// `onWritten` is called on that loop once per completed batch, with the batch's byte count,
 /// in file order; bytes are reported only once they are in the file.
@@ -35,7 +42,9 @@ package final class FileBodyWriter: @unchecked Sendable {
     // @unchecked: all state is touched on `eventLoop` only (asserted in debug builds).
 
     /// The bytes allowed to wait for the disk before the exchange stops reading.
-    package static let defaultBufferLimit = 2 << 20
+    /// Measured on 1 GiB from loopback nginx with 512 KiB reads: 2 MiB was 2 % faster and
+    /// 4 MiB more resident.
+    package static let defaultBufferLimit = 1 << 20
 
     /// The one thread that opens (creates) partial files, for every writer of the process.
     package static let namespacePool: NIOThreadPool = {
@@ -51,9 +60,11 @@ package final class FileBodyWriter: @unchecked Sendable {
     private let eventLoop: any EventLoop
     private let pool: NIOThreadPool
     private let openPool: NIOThreadPool
-    private let bufferLimit: Int
+    private var bufferLimit: Int
     /// Whether `open` makes an unnamed file (no directory lock to wait for).
     private let opensUnnamed: Bool
+    /// Whether every batch is written on the event loop (a small body into an unnamed file).
+    private let writesOnEventLoop: Bool
     private let onWritten: (Int) -> Void
     /// Where the next queued byte goes in the file.
     private var nextOffset: Int64
@@ -84,9 +95,11 @@ package final class FileBodyWriter: @unchecked Sendable {
         openPool: NIOThreadPool = FileBodyWriter.namespacePool,
         bufferLimit: Int = FileBodyWriter.defaultBufferLimit,
         opensUnnamed: Bool = false,
+        expectedBodyBytes: Int64? = nil,
         onWritten: @escaping (Int) -> Void
     ) {
         self.opensUnnamed = opensUnnamed
+        self.writesOnEventLoop = opensUnnamed && (expectedBodyBytes.map { $0 <= Self.maximumBodyWrittenOnLoop } ?? false)
         self.open = open
         self.nextOffset = offset
         self.eventLoop = eventLoop
@@ -111,6 +124,18 @@ package final class FileBodyWriter: @unchecked Sendable {
         let waiter = self.eventLoop.makePromise(of: Void.self)
         self.roomWaiter = waiter
         return waiter.futureResult
+    }
+
+    /// Changes how many bytes may wait for the disk (a segmented download's first connection
+    /// gets a lane's share once other lanes start). A waiting exchange is let go if the new
+    /// limit leaves room.
+    package func setBufferLimit(_ limit: Int) {
+        self.eventLoop.assertInEventLoop()
+        self.bufferLimit = limit
+        if let waiter = self.roomWaiter, self.buffered <= limit / 2 {
+            self.roomWaiter = nil
+            waiter.succeed(())
+        }
     }
 
     /// Succeeds once every queued byte is in the file (or nothing more will be written because
@@ -144,6 +169,8 @@ package final class FileBodyWriter: @unchecked Sendable {
     static let flushDelay = TimeAmount.milliseconds(5)
     /// The largest first batch the creation thread writes together with the open.
     static let maximumFirstBatchOnCreationThread = 64 << 10
+    /// The largest body whose batches are all written on the event loop (`writesOnEventLoop`).
+    package static let maximumBodyWrittenOnLoop: Int64 = 1 << 20
 
     /// Hands the queued buffers to a write when there are enough, or when `force`; otherwise
     /// makes sure a flush comes within ``flushDelay``. The first job opens the file (even with
@@ -161,9 +188,11 @@ package final class FileBodyWriter: @unchecked Sendable {
         }
         self.flushTimer?.cancel()
         self.flushTimer = nil
-        // The whole body of a small download into an unnamed file (no directory lock to wait
-        // for): opened and written right here, without the two thread hops.
-        let onLoop = opening != nil && self.opensUnnamed && self.isDraining && queuedBytes <= Self.maximumFirstBatchOnCreationThread
+        // A small download into an unnamed file (no directory lock to wait for): opened and
+        // written right here, without the two thread hops — every batch when its length said so
+        // up front, or the whole body when it ended within the first batch.
+        let onLoop = self.writesOnEventLoop
+            || (opening != nil && self.opensUnnamed && self.isDraining && queuedBytes <= Self.maximumFirstBatchOnCreationThread)
         // The creation thread writes a small first batch (a small file in one hop); a larger
         // one waits for the write threads, so that one slow disk write cannot hold up every
         // other download's file creation behind it. An unnamed file needs no creation thread.

@@ -173,7 +173,9 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, HTTP1ResponseSink, @un
                 // A segmented download's first connection is one lane among the others: it
                 // gets their share of the memory, not a single download's.
                 bufferLimit: group?.laneBufferLimit ?? FileBodyWriter.defaultBufferLimit,
-                opensUnnamed: run.createsUnnamedFile && truncateFile && fileOffset == 0
+                opensUnnamed: run.createsUnnamedFile && truncateFile && fileOffset == 0,
+                // A lane's share is not the body's length: only a whole body goes on the loop.
+                expectedBodyBytes: group == nil ? expectedTotal.map { $0 - fileOffset } : nil
             ) { count in
                 let (total, expected) = run.state.withLock { state in
                     state.machine.bodyPartWritten(byteCount: count)
@@ -185,6 +187,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, HTTP1ResponseSink, @un
                     run.observer.transferRun(run, didWrite: count, totalOnDisk: total, expectedTotal: expected)
                 }
             }
+            group?.primaryWriterCreated(writer)
             self.mode = .toFile(response, writer)
             self.run.observer.transferRun(self.run, didReceive: response, resumedAtOffset: resumedAtOffset, expectedTotal: expectedTotal)
         case .finishWithExistingBytes(let total):
