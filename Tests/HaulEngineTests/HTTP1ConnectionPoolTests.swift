@@ -18,14 +18,17 @@ struct HTTP1ConnectionPoolTests {
             var head: HTTPResponseHead?
             var body: [UInt8] = []
             var bodyParts = 0
+            var largestBodyPart = 0
             var held: EventLoopPromise<Void>?
         }
 
         let collected = Mutex(Collected())
         let holdsFirstBodyPart: Bool
+        let readsInLargeBuffers: Bool
 
-        init(holdFirstBodyPart: Bool = false) {
+        init(holdFirstBodyPart: Bool = false, readsInLargeBuffers: Bool = false) {
             self.holdsFirstBodyPart = holdFirstBodyPart
+            self.readsInLargeBuffers = readsInLargeBuffers
         }
 
         func receivedHead(_ head: HTTPResponseHead, on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
@@ -37,6 +40,7 @@ struct HTTP1ConnectionPoolTests {
             self.collected.withLock { collected in
                 collected.body += buffer.readableBytesView
                 collected.bodyParts += 1
+                collected.largestBodyPart = max(collected.largestBodyPart, buffer.readableBytes)
                 guard self.holdsFirstBodyPart, collected.bodyParts == 1 else { return eventLoop.makeSucceededVoidFuture() }
                 let promise = eventLoop.makePromise(of: Void.self)
                 collected.held = promise
@@ -50,6 +54,7 @@ struct HTTP1ConnectionPoolTests {
 
         var body: [UInt8] { self.collected.withLock { $0.body } }
         var bodyParts: Int { self.collected.withLock { $0.bodyParts } }
+        var largestBodyPart: Int { self.collected.withLock { $0.largestBodyPart } }
         var status: UInt? { self.collected.withLock { $0.head?.status.code } }
     }
 
@@ -97,6 +102,31 @@ struct HTTP1ConnectionPoolTests {
         #expect(sink.body.count == 8_000_000)
         #expect(sink.body == TestContent.bytes(0..<8_000_000, seed: 3))
         await pool.shutdown()
+        try await server.shutdown()
+    }
+
+    @Test("A large body is read in large buffers when its sink wants them, in NIO's 64 KiB ones when not")
+    func largeReads() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        // The first part is held, so the kernel's buffers fill meanwhile: every read after it
+        // finds more bytes waiting than a buffer holds, and returns as much as its buffer does.
+        // A pool each: a connection keeps its (pooled) read buffer from one exchange to the next.
+        for (key, large) in [("large", true), ("small", false)] {
+            let pool = Self.makePool()
+            let sink = CollectingSink(holdFirstBodyPart: true, readsInLargeBuffers: large)
+            let exchange = pool.execute(url: server.url("/file/\(key)?size=4000000&seed=9"), method: .GET, headers: HTTPHeaders(), sink: sink)
+            for _ in 0..<300 where sink.bodyParts == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            try await Task.sleep(for: .milliseconds(100))
+            sink.release()
+            try await exchange.ended.get()
+            #expect(sink.body == TestContent.bytes(0..<4_000_000, seed: 9))
+            if large {
+                #expect(sink.largestBodyPart > 64 << 10, "\(key): reads stayed at NIO's 64 KiB")
+            } else {
+                #expect(sink.largestBodyPart <= 64 << 10, "\(key): a read of \(sink.largestBodyPart) bytes")
+            }
+            await pool.shutdown()
+        }
         try await server.shutdown()
     }
 

@@ -15,4 +15,7 @@ protocol HTTP1ResponseSink: AnyObject {
     func receivedHead(_ head: HTTPResponseHead, on eventLoop: any EventLoop) -> EventLoopFuture<Void>
     /// Body bytes, in order, without a copy.
     func receivedBodyPart(_ buffer: ByteBuffer, on eventLoop: any EventLoop) -> EventLoopFuture<Void>
+    /// Whether a large body is read in large buffers (``HTTP1ConnectionHandler/largeReads``):
+    /// `true` for a download's own connection, `false` for one of many (a segment's).
+    var readsInLargeBuffers: Bool { get }
 }

@@ -61,6 +61,9 @@ final class SegmentExchange: HTTPClientResponseDelegate, HTTP1ResponseSink, @unc
         self.receivedBodyPart(buffer, on: task.eventLoop)
     }
 
+    /// One of many connections of a download: NIO's usual reads (each lane would hold one).
+    var readsInLargeBuffers: Bool { false }
+
     func receivedBodyPart(_ buffer: ByteBuffer, on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
         guard let writer = self.writer else { return eventLoop.makeSucceededVoidFuture() }
         let allowed = self.group.received(self.lane, count: buffer.readableBytes)

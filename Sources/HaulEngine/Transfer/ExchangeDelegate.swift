@@ -217,6 +217,9 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, HTTP1ResponseSink, @un
         self.receivedBodyPart(buffer, on: task.eventLoop)
     }
 
+    /// The download's own connection: a large body is read in large buffers.
+    var readsInLargeBuffers: Bool { true }
+
     func receivedBodyPart(_ buffer: ByteBuffer, on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
         self.record.responseBodyBytes += Int64(buffer.readableBytes)
         switch self.mode {
