@@ -55,25 +55,26 @@ package final class TransferEngine: Sendable {
     /// A logger that drops everything (AsyncHTTPClient skips its log messages' work).
     static let silentLogger = Logger(label: "haul.silent", factory: { _ in SwiftLogNoOpLogHandler() })
 
-    let client: HTTPClient
-    /// When the default client's connections were opened (for metrics).
-    let connectionLog: ConnectionEventLog
-    /// The other clients, created on first use: one per proxy, and ones that decode gzip and
-    /// deflate bodies for data transfers (downloads keep the representation as sent).
-    private let otherClients: Mutex<[ClientKey: (HTTPClient, ConnectionEventLog)]> = Mutex([:])
+    /// AsyncHTTPClient's clients, each created on first use (a plain-HTTP `haul get` never needs
+    /// one: making the default client at start cost 4 M instructions): the default one, one per
+    /// proxy, and ones that decode gzip and deflate bodies for data transfers (downloads keep
+    /// the representation as sent). Each with the log of when its connections opened (for
+    /// metrics).
+    private let clients: Mutex<[ClientKey: (HTTPClient, ConnectionEventLog)]> = Mutex([:])
 
     private struct ClientKey: Hashable {
         var proxy: ProxySettings.Server?
         var decodes: Bool
     }
-    private let clientConfiguration: HTTPClient.Configuration
     /// The loop all of this engine's transfers run on.
     package let eventLoop: any EventLoop
     /// The tasks of this engine's runs prefer this executor: their steps run on ``eventLoop``.
     package let taskExecutor: EventLoopTaskExecutor
     /// The threads that open partial files and write body bytes into them, so that the event
     /// loop never blocks on the disk (one batch at a time per file; see ``FileBodyWriter``).
-    let fileIOPool = NIOThreadPool.singleton
+    /// Started on first use: a run of small files written on the loop never needs it (its two
+    /// threads cost 1.4 M instructions to start).
+    var fileIOPool: NIOThreadPool { NIOThreadPool.singleton }
     package let limiter: HostConnectionLimiter
     /// The direct HTTP/1.1 connections (``Configuration/usesDirectHTTP1``), if used.
     let directConnections: HTTP1ConnectionPool?
@@ -104,23 +105,6 @@ package final class TransferEngine: Sendable {
         self.responseCache = responseCache
         self.cookieJar = cookieJar
         self.interceptors = interceptors
-        var pool = HTTPClient.Configuration.ConnectionPool(
-            idleTimeout: .seconds(60),
-            concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, configuration.connectionPoolSoftLimitPerHost ?? configuration.maximumConnectionsPerHost)
-        )
-        // A refused connection should fail now, not be retried until the connect timeout.
-        pool.retryConnectionEstablishment = false
-        var clientConfiguration = HTTPClient.Configuration(
-            redirectConfiguration: .disallow,
-            timeout: .init(
-                connect: .nanoseconds(Self.nanoseconds(configuration.connectTimeout)),
-                read: .nanoseconds(Self.nanoseconds(configuration.idleTimeout))
-            ),
-            connectionPool: pool,
-            decompression: .disabled
-        )
-        clientConfiguration.httpVersion = .automatic
-        clientConfiguration.tlsConfiguration = configuration.tls.clientConfiguration()
         // One event loop per engine: every connection of the session and every delegate
         // callback run on the same thread, so body chunks never hop between threads and idle
         // connections are always reusable (a connection pinned to another loop would not be).
@@ -128,14 +112,6 @@ package final class TransferEngine: Sendable {
         let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         self.eventLoop = eventLoop
         self.taskExecutor = EventLoopTaskExecutor(eventLoop)
-        let connectionLog = ConnectionEventLog()
-        self.connectionLog = connectionLog
-        self.client = HTTPClient(
-            eventLoopGroup: self.eventLoop,
-            configuration: clientConfiguration,
-            backgroundActivityLogger: configuration.recordsMetrics ? connectionLog.logger : Self.silentLogger
-        )
-        self.clientConfiguration = clientConfiguration
         self.limiter = HostConnectionLimiter(limit: configuration.maximumConnectionsPerHost)
         self.directConnections = configuration.usesDirectHTTP1 && !configuration.recordsMetrics
             ? HTTP1ConnectionPool(
@@ -155,14 +131,36 @@ package final class TransferEngine: Sendable {
         }
     }
 
+    /// The configuration of AsyncHTTPClient's default client (made with the first client).
+    private func makeClientConfiguration() -> HTTPClient.Configuration {
+        let configuration = self.configuration
+        var pool = HTTPClient.Configuration.ConnectionPool(
+            idleTimeout: .seconds(60),
+            concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, configuration.connectionPoolSoftLimitPerHost ?? configuration.maximumConnectionsPerHost)
+        )
+        // A refused connection should fail now, not be retried until the connect timeout.
+        pool.retryConnectionEstablishment = false
+        var clientConfiguration = HTTPClient.Configuration(
+            redirectConfiguration: .disallow,
+            timeout: .init(
+                connect: .nanoseconds(Self.nanoseconds(configuration.connectTimeout)),
+                read: .nanoseconds(Self.nanoseconds(configuration.idleTimeout))
+            ),
+            connectionPool: pool,
+            decompression: .disabled
+        )
+        clientConfiguration.httpVersion = .automatic
+        clientConfiguration.tlsConfiguration = configuration.tls.clientConfiguration()
+        return clientConfiguration
+    }
+
     /// The client for a request to `url`: through the configured proxy, if any applies, and
     /// decoding `Content-Encoding` (gzip, deflate) when `decodes`.
     func client(for url: URL, decodes: Bool) -> (HTTPClient, ConnectionEventLog, isProxied: Bool) {
         let key = ClientKey(proxy: self.configuration.proxies.proxy(for: url), decodes: decodes)
-        if key.proxy == nil, !key.decodes { return (self.client, self.connectionLog, false) }
-        let (client, log) = self.otherClients.withLock { clients in
+        let (client, log) = self.clients.withLock { clients in
             if let existing = clients[key] { return existing }
-            var configuration = self.clientConfiguration
+            var configuration = self.makeClientConfiguration()
             if key.decodes { configuration.decompression = .enabled(limit: .none) }
             if let proxy = key.proxy {
                 let authorization = proxy.username.map { HTTPClient.Authorization.basic(username: $0, password: proxy.password ?? "") }
@@ -202,8 +200,7 @@ package final class TransferEngine: Sendable {
     /// Closes the connection pools. In-flight requests fail.
     package func shutdown() async {
         await self.directConnections?.shutdown()
-        try? await self.client.shutdown()
-        for (client, _) in self.otherClients.withLock({ Array($0.values) }) { try? await client.shutdown() }
+        for (client, _) in self.clients.withLock({ Array($0.values) }) { try? await client.shutdown() }
     }
 
     private static func nanoseconds(_ duration: Duration) -> Int64 {

@@ -1,4 +1,4 @@
-import HaulCore
+@testable import HaulCore
 import Testing
 
 @Suite("HTTPHeaderFields: names compare without case, byte by byte")
@@ -20,5 +20,19 @@ struct HTTPHeaderFieldsTests {
         #expect(headers.values(for: "Content-Length") == ["11"])
         headers.remove(name: "ETAG")
         #expect(!headers.contains("etag"))
+    }
+
+    @Test("Header values are trimmed of ASCII spaces, tabs, CR and LF only, on bytes; a value with nothing to trim is kept")
+    func trimming() {
+        #expect("  42 \t".trimmingASCIIWhitespace() == "42")
+        #expect("42".trimmingASCIIWhitespace() == "42")
+        #expect(" \r\n\t ".trimmingASCIIWhitespace() == "")
+        #expect("".trimmingASCIIWhitespace() == "")
+        #expect(" \"ünï code\" ".trimmingASCIIWhitespace() == "\"ünï code\"", "inner spaces and non-ASCII bytes stay")
+        #expect("\u{00A0}x\u{00A0}".trimmingASCIIWhitespace() == "\u{00A0}x\u{00A0}", "a no-break space is not HTTP whitespace")
+        #expect("x é ".trimmingASCIIWhitespace() == "x é", "a value ending in a two-byte letter is cut after it")
+        let line = "Content-Length:  7 "
+        #expect(line.split(separator: ":")[1].trimmingASCIIWhitespace() == "7", "a substring")
+        #expect(RangeResumeRules.contentLength(of: HTTPHeaderFields([("Content-Length", " 7 ")])) == 7)
     }
 }

@@ -47,10 +47,36 @@ extension Int64 {
 }
 
 extension StringProtocol {
+    /// The text without leading and trailing ASCII spaces, tabs, CRs and LFs, found on the UTF-8
+    /// bytes (no grapheme breaking: header values are trimmed several times per response).
     package func trimmingASCIIWhitespace() -> String {
-        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\r" || $0 == "\n" }
-        guard let start = self.firstIndex(where: { !isSpace($0) }) else { return "" }
-        let end = self.lastIndex(where: { !isSpace($0) })!
-        return String(self[start...end])
+        let bytes = self.utf8
+        guard let start = bytes.firstIndex(where: { !isASCIIWhitespace($0) }) else { return "" }
+        // One pass forward (a generic UTF-8 view only walks forward): past the last non-space.
+        var end = bytes.index(after: start)
+        var index = end
+        while index != bytes.endIndex {
+            let next = bytes.index(after: index)
+            if !isASCIIWhitespace(bytes[index]) { end = next }
+            index = next
+        }
+        return String(decoding: bytes[start..<end], as: UTF8.self)
     }
+}
+
+extension String {
+    /// As the `StringProtocol` version, but a string with nothing to trim (the usual case) is
+    /// returned as it is, without a copy.
+    package func trimmingASCIIWhitespace() -> String {
+        let bytes = self.utf8
+        guard let first = bytes.first, let last = bytes.last else { return self }
+        guard isASCIIWhitespace(first) || isASCIIWhitespace(last) else { return self }
+        return self[...].trimmingASCIIWhitespace()
+    }
+}
+
+/// Space, tab, CR or LF.
+@inline(__always)
+private func isASCIIWhitespace(_ byte: UInt8) -> Bool {
+    byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A
 }

@@ -58,7 +58,9 @@ package final class FileBodyWriter: @unchecked Sendable {
     /// The open file, once the first job has opened it.
     private var file: PartialFile?
     private let eventLoop: any EventLoop
-    private let pool: NIOThreadPool
+    /// The write threads, asked for on first use (a body written on the loop never starts them).
+    private let poolProvider: () -> NIOThreadPool
+    private lazy var pool: NIOThreadPool = self.poolProvider()
     private let openPool: NIOThreadPool
     private var bufferLimit: Int
     /// Whether `open` makes an unnamed file (no directory lock to wait for).
@@ -91,7 +93,7 @@ package final class FileBodyWriter: @unchecked Sendable {
         open: @escaping @Sendable () throws(URLError) -> PartialFile,
         offset: Int64,
         eventLoop: any EventLoop,
-        pool: NIOThreadPool = .singleton,
+        pool: @escaping @autoclosure () -> NIOThreadPool = NIOThreadPool.singleton,
         openPool: NIOThreadPool = FileBodyWriter.namespacePool,
         bufferLimit: Int = FileBodyWriter.defaultBufferLimit,
         opensUnnamed: Bool = false,
@@ -103,7 +105,7 @@ package final class FileBodyWriter: @unchecked Sendable {
         self.open = open
         self.nextOffset = offset
         self.eventLoop = eventLoop
-        self.pool = pool
+        self.poolProvider = pool
         self.openPool = openPool
         self.bufferLimit = bufferLimit
         self.onWritten = onWritten

@@ -66,7 +66,22 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, HTTP1ResponseSink, @un
     /// The other lanes, when the body is fetched over several connections.
     private(set) var segments: SegmentGroup?
 
+    /// Whether the exchange's timing and sizes are recorded (``TransactionRecord``): only for
+    /// task metrics, so a download that reports none skips the clock reads and counting.
+    private let recordsMetrics: Bool
+
+    /// `HTTP/1.1` and the like; the usual versions without formatting a string.
+    private static func versionText(_ version: HTTPVersion) -> String {
+        switch (version.major, version.minor) {
+        case (1, 1): "HTTP/1.1"
+        case (2, 0): "HTTP/2.0"
+        case (1, 0): "HTTP/1.0"
+        default: "HTTP/\(version.major).\(version.minor)"
+        }
+    }
+
     init(run: TransferRun, request: TransferRequest) {
+        self.recordsMetrics = run.engine.configuration.recordsMetrics
         self.run = run
         self.url = request.url
         self.request = request
@@ -94,12 +109,14 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, HTTP1ResponseSink, @un
     }
 
     func receivedHead(_ head: HTTPResponseHead, on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
-        self.record.responseStart = Date()
-        // "HTTP/1.1 200 OK\r\n", "Name: value\r\n" per field, "\r\n".
-        var headBytes = 9 + 4 + head.status.reasonPhrase.utf8.count + 2
-        for (name, value) in head.headers { headBytes += name.utf8.count + 2 + value.utf8.count + 2 }
-        self.record.responseHeaderBytes = Int64(headBytes + 2)
-        self.record.networkProtocolName = head.version.major == 2 ? "h2" : "http/\(head.version.major).\(head.version.minor)"
+        if self.recordsMetrics {
+            self.record.responseStart = Date()
+            // "HTTP/1.1 200 OK\r\n", "Name: value\r\n" per field, "\r\n".
+            var headBytes = 9 + 4 + head.status.reasonPhrase.utf8.count + 2
+            for (name, value) in head.headers { headBytes += name.utf8.count + 2 + value.utf8.count + 2 }
+            self.record.responseHeaderBytes = Int64(headBytes + 2)
+            self.record.networkProtocolName = head.version.major == 2 ? "h2" : "http/\(head.version.major).\(head.version.minor)"
+        }
         let headers = HTTPHeaderFields(head.headers.map { ($0.name, $0.value) })
         if let jar = self.run.engine.cookieJar {
             let setCookies = head.headers["Set-Cookie"]
@@ -109,7 +126,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, HTTP1ResponseSink, @un
             url: self.url,
             statusCode: Int(head.status.code),
             headers: headers,
-            httpVersion: "HTTP/\(head.version.major).\(head.version.minor)"
+            httpVersion: Self.versionText(head.version)
         )
         self.record.response = response
         if RedirectPolicy.isRedirect(status: response.statusCode), headers["Location"] != nil {
@@ -294,7 +311,7 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, HTTP1ResponseSink, @un
     /// How the exchange ended, once the whole response arrived (AsyncHTTPClient's
     /// `didFinishRequest`).
     func finishedResponse() throws -> Response {
-        self.record.responseEnd = Date()
+        if self.recordsMetrics { self.record.responseEnd = Date() }
         switch self.mode {
         case .redirect(let response, let body):
             return .ended(.redirect(response, body: body))
