@@ -39,9 +39,11 @@ struct SegmentedGetTests {
         // looks slow and each of the other three connections may copy one remainder (15.4 MB
         // seen in CI, 13.0 under two busy loops) — never the file again.
         #expect(server.bodyBytesSent(forKey: "plain.bin") <= Self.size + 3 * (2 << 20), "sent \(server.bodyBytesSent(forKey: "plain.bin")) for \(Self.size)")
-        // Four at most, plus one the client already closed (an end-game copy that lost) that
-        // the server has not seen close yet when the next one opens.
-        #expect(server.peakOpenConnections <= 5)
+        // Four at most, plus those the client already closed (end-game copies that lost) that
+        // the server has not seen close yet when the next one opens: one unloaded; two were seen
+        // in a full test run on two busy cores (the test took 4.8 s instead of 0.6), when two
+        // copies lose within the server's lag. Sixteen, or eight, would still show.
+        #expect(server.peakOpenConnections <= 6)
         try await server.shutdown()
     }
 

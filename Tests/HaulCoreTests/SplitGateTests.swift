@@ -58,4 +58,13 @@ struct SplitGateTests {
         #expect(gate.forceOpen() == .split)
         #expect(gate.observe(received: 5_000_000, now: 0.06) == .split)
     }
+
+    @Test("A window in which the disk held the connection back counts as fast enough: more connections would wait for the same disk")
+    func heldBackByDisk() {
+        var gate = self.gate()
+        _ = gate.observe(received: 0, now: 0)
+        #expect(gate.observe(received: 10_000, now: 0.1, heldBackByDisk: true) == .single, "slow, but because of the disk")
+        #expect(gate.observe(received: 20_000, now: 0.2, heldBackByDisk: true) == .single)
+        #expect(gate.observe(received: 30_000, now: 0.35) == .split, "slow, and the disk kept up: the network is the limit")
+    }
 }

@@ -48,19 +48,18 @@ extension Int64 {
 
 extension StringProtocol {
     /// The text without leading and trailing ASCII spaces, tabs, CRs and LFs, found on the UTF-8
-    /// bytes (no grapheme breaking: header values are trimmed several times per response).
+    /// bytes (no grapheme breaking: header values and list lines are trimmed often).
     package func trimmingASCIIWhitespace() -> String {
-        let bytes = self.utf8
-        guard let start = bytes.firstIndex(where: { !isASCIIWhitespace($0) }) else { return "" }
-        // One pass forward (a generic UTF-8 view only walks forward): past the last non-space.
-        var end = bytes.index(after: start)
-        var index = end
-        while index != bytes.endIndex {
-            let next = bytes.index(after: index)
-            if !isASCIIWhitespace(bytes[index]) { end = next }
-            index = next
-        }
-        return String(decoding: bytes[start..<end], as: UTF8.self)
+        if let trimmed = self.utf8.withContiguousStorageIfAvailable(trimmedString(of:)) { return trimmed }
+        return trimmedString(of: Array(self.utf8))
+    }
+}
+
+extension Substring {
+    /// As the `StringProtocol` version, specialized (list lines are substrings).
+    package func trimmingASCIIWhitespace() -> String {
+        if let trimmed = self.utf8.withContiguousStorageIfAvailable(trimmedString(of:)) { return trimmed }
+        return trimmedString(of: Array(self.utf8))
     }
 }
 
@@ -73,6 +72,13 @@ extension String {
         guard isASCIIWhitespace(first) || isASCIIWhitespace(last) else { return self }
         return self[...].trimmingASCIIWhitespace()
     }
+}
+
+/// `bytes` without leading and trailing ASCII whitespace, as a string.
+private func trimmedString<Bytes: RandomAccessCollection>(of bytes: Bytes) -> String where Bytes.Element == UInt8 {
+    guard let start = bytes.firstIndex(where: { !isASCIIWhitespace($0) }) else { return "" }
+    let end = bytes.index(after: bytes.lastIndex(where: { !isASCIIWhitespace($0) })!)
+    return String(decoding: bytes[start..<end], as: UTF8.self)
 }
 
 /// Space, tab, CR or LF.

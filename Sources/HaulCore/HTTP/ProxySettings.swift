@@ -33,7 +33,9 @@ public struct ProxySettings: Sendable, Hashable {
 
     /// The proxy for a request to `url`, or `nil` to connect directly.
     public func proxy(for url: URL) -> Server? {
-        guard let host = url.host?.lowercased() else { return nil }
+        // No proxy set (the usual case): nothing to read from the URL (each of its components
+        // is parsed again on every access).
+        guard !self.isEmpty, let host = url.host?.lowercased() else { return nil }
         let server = url.scheme?.lowercased() == "https" ? self.https : self.http
         guard let server else { return nil }
         for exception in self.exceptions.map({ $0.trimmingCharacters(in: .whitespaces).lowercased() }) where !exception.isEmpty {

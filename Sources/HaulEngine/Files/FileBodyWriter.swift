@@ -84,6 +84,8 @@ package final class FileBodyWriter: @unchecked Sendable {
     package private(set) var failure: URLError?
     /// The exchange waiting for the buffer to drain below half of `bufferLimit`.
     private var roomWaiter: EventLoopPromise<Void>?
+    /// Whether the exchange had to wait for the disk since ``takeHeldBack()`` last asked.
+    private var wasHeldBack = false
     /// Callers of ``drained()`` waiting for the last batch.
     private var drainWaiters: [EventLoopPromise<Void>] = []
 
@@ -122,6 +124,7 @@ package final class FileBodyWriter: @unchecked Sendable {
         self.buffered += buffer.readableBytes
         self.writeQueued()
         guard self.buffered > self.bufferLimit else { return nil }
+        self.wasHeldBack = true
         if let waiter = self.roomWaiter { return waiter.futureResult }
         let waiter = self.eventLoop.makePromise(of: Void.self)
         self.roomWaiter = waiter
@@ -138,6 +141,14 @@ package final class FileBodyWriter: @unchecked Sendable {
             self.roomWaiter = nil
             waiter.succeed(())
         }
+    }
+
+    /// Whether the exchange waited for the disk (its bytes filled the buffer) since the last
+    /// call, or waits now.
+    package func takeHeldBack() -> Bool {
+        self.eventLoop.assertInEventLoop()
+        defer { self.wasHeldBack = false }
+        return self.wasHeldBack || self.roomWaiter != nil
     }
 
     /// Succeeds once every queued byte is in the file (or nothing more will be written because

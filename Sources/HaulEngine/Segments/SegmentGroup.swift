@@ -345,7 +345,8 @@ final class SegmentGroup: @unchecked Sendable {
     private func gateIsOpen() -> Bool {
         let verdict: SplitGate.Verdict
         if self.primaryRunning, let primary = self.plan.lanes[0] {
-            verdict = self.gate.observe(received: primary.received, now: self.now)
+            let heldBack = self.primaryWriter?.takeHeldBack() ?? false
+            verdict = self.gate.observe(received: primary.received, now: self.now, heldBackByDisk: heldBack)
         } else {
             verdict = self.gate.forceOpen()
         }

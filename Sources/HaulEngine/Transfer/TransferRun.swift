@@ -436,7 +436,7 @@ package final class TransferRun: Sendable {
             headers.add(name: "Cookie", value: cookies)
         }
         var tlsConfiguration: TLSConfiguration?
-        if request.url.scheme?.lowercased() == "https", let gate = self.engine.trustGate, let host = request.url.host {
+        if let gate = self.engine.trustGate, request.url.scheme?.lowercased() == "https", let host = request.url.host {
             let proxy = self.engine.configuration.proxies.proxy(for: request.url)
             switch await gate.decision(host: host, port: request.url.port ?? 443, proxy: proxy) {
             case .useDefault: break
