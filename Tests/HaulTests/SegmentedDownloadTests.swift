@@ -60,13 +60,19 @@ struct SegmentedDownloadTests {
         try await env.finish()
     }
 
+    /// A session that allows four connections per download and finds its first connection
+    /// sufficient alone at `speed` bytes per second.
+    private func environment(sufficientSpeed speed: Double) async throws -> TestEnvironment {
+        try await TestEnvironment.make {
+            $0.haulMaximumConnectionsPerDownload = 4
+            $0.haulSufficientConnectionSpeed = speed
+        }
+    }
+
     @Test("A first connection fast enough alone keeps the download to itself (haulSufficientConnectionSpeed)")
     func sufficientConnectionIsNotSplit() async throws {
         // 0 bytes per second: any connection is fast enough, so four allowed connections stay one.
-        let env = try await TestEnvironment.make {
-            $0.haulMaximumConnectionsPerDownload = 4
-            $0.haulSufficientConnectionSpeed = 0
-        }
+        let env = try await self.environment(sufficientSpeed: 0)
         let size: Int64 = 8 << 20
         let task = env.session.downloadTask(with: env.server.url("/file/alone?size=\(size)&seed=73&rate=16000000"))
         task.resume()
@@ -81,10 +87,7 @@ struct SegmentedDownloadTests {
         // 1 byte per second is enough while bytes flow at all; the server then holds the
         // response after 3 MB (every response does, until the gate opens): a window without a
         // byte opens the gate, whatever the machine's load.
-        let env = try await TestEnvironment.make {
-            $0.haulMaximumConnectionsPerDownload = 4
-            $0.haulSufficientConnectionSpeed = 1
-        }
+        let env = try await self.environment(sufficientSpeed: 1)
         let size: Int64 = 16 << 20
         let task = env.session.downloadTask(with: env.server.url("/file/stall?size=\(size)&seed=74&rate=20000000&gate=stall&holdAfter=3000000"))
         task.resume()
