@@ -53,7 +53,7 @@ struct GetCommand: AsyncParsableCommand {
 
     @Option(
         name: [.customShort("x"), .customLong("max-connections")],
-        help: "Connections per download (segments of one file at once, as aria2c -x / axel -n); 1: one connection. Default 16."
+        help: "Connections per download (segments of one file at once, as aria2c -x / axel -n); 1: one connection. Default 16. More than one only once the first is slower than 512 MiB/s."
     )
     var maxConnections: Int = 16
 

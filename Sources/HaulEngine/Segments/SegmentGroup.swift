@@ -18,7 +18,9 @@ import Synchronization
 /// reason, never the download.
 ///
 /// Created when the run's exchange has a response worth splitting (a resumable entity of known
-/// length). Extra connections start once the partial file is open, each taking a slot of the
+/// length). Extra connections start once the partial file is open and the run's own connection
+/// has shown it is not fast enough alone (``SplitGate``: below 512 MiB/s in a 50 ms window in
+/// which the disk kept up; at once with mirrors), each taking a slot of the
 /// host's connection limit only when one is free and nobody waits for it; a lane that finishes
 /// frees its slot, and a new lane takes what the plan gives. Each extra lane is a `Range`
 /// request with `If-Range`; its answer must be a `206` whose `Content-Range` starts where asked,
