@@ -310,6 +310,24 @@ struct GetCommandTests {
         try await server.shutdown()
     }
 
+    @Test("-i - reads the list from standard input; a usage error about that list names the real problem")
+    func inputFromStandardInput() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let urls = (0..<2).map { server.url("/file/in\($0).bin?size=1000&seed=\($0)").absoluteString }
+        let list = urls.joined(separator: "\n") + "\n"
+        // Parsed twice if the first parse fails (once as `get` alone, once from the root): the
+        // list must not be read up by the first.
+        let twoOutputs = try await HaulProcess.run(["get", "-i", "-", "-o", "x"], directory: directory, input: list)
+        #expect(twoOutputs.status == 2)
+        #expect(twoOutputs.standardError.contains("-o names one file"), "\(twoOutputs.standardError)")
+        #expect(twoOutputs.standardError.contains("Usage: haul get"), "\(twoOutputs.standardError)")
+        let result = try await HaulProcess.run(["get", "-i", "-"], directory: directory, input: list)
+        #expect(result.status == 0, "\(result.standardError)")
+        #expect(listing(directory) == ["in0.bin", "in1.bin"])
+        try await server.shutdown()
+    }
+
     @Test("-i FILE with -j runs downloads in parallel over at most j connections")
     func inputFileParallel() async throws {
         let server = try await FaultInjectingHTTPServer.start()

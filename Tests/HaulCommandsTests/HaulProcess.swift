@@ -28,8 +28,13 @@ struct HaulProcess {
     /// The user `nobody` (65534), for runs as an unprivileged user.
     static let unprivilegedID = 65534
 
+    /// Written to the program's standard input once it started (else it reads /dev/null).
+    private let input: String?
+
     /// `unprivileged`: run as `nobody` through `setpriv` (the test must run as root).
-    init(_ arguments: [String], directory: URL, environment: [String: String] = [:], unprivileged: Bool = false) {
+    /// `input`: the program's standard input.
+    init(_ arguments: [String], directory: URL, environment: [String: String] = [:], unprivileged: Bool = false, input: String? = nil) {
+        self.input = input
         if !environment.isEmpty {
             self.process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
         }
@@ -44,11 +49,17 @@ struct HaulProcess {
         self.process.currentDirectoryURL = directory
         self.process.standardOutput = self.outputPipe
         self.process.standardError = self.errorPipe
-        self.process.standardInput = FileHandle.nullDevice
+        self.process.standardInput = input == nil ? FileHandle.nullDevice : self.inputPipe
     }
+
+    private let inputPipe = Pipe()
 
     func start() throws {
         try self.process.run()
+        if let input {
+            self.inputPipe.fileHandleForWriting.write(Data(input.utf8))
+            try self.inputPipe.fileHandleForWriting.close()
+        }
     }
 
     /// Sends SIGINT, as Ctrl-C does.
@@ -87,8 +98,8 @@ struct HaulProcess {
     }
 
     /// Runs `haul ARGUMENTS` to the end.
-    static func run(_ arguments: [String], directory: URL, environment: [String: String] = [:], unprivileged: Bool = false) async throws -> Result {
-        let process = HaulProcess(arguments, directory: directory, environment: environment, unprivileged: unprivileged)
+    static func run(_ arguments: [String], directory: URL, environment: [String: String] = [:], unprivileged: Bool = false, input: String? = nil) async throws -> Result {
+        let process = HaulProcess(arguments, directory: directory, environment: environment, unprivileged: unprivileged, input: input)
         try process.start()
         return await process.wait()
     }
