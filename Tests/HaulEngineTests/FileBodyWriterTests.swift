@@ -214,6 +214,37 @@ struct FileBodyWriterTests {
         #expect(await empty.drain() == nil)
         #expect(PartialFile.size(at: emptyPath) == 0)
     }
+
+    @Test("A body announced within 1 MiB, into an unnamed file, is written on the event loop: the write threads are never asked for")
+    func smallAnnouncedBodyOnTheLoop() async throws {
+        let directory = self.temporaryPath()
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        for (name, announced, askedForPool) in [("small.bin", Int64(600_000), false), ("large.bin", Int64(2 << 20), true)] {
+            let path = directory + "/" + name
+            let poolAsked = ReportedBytes()
+            let loop = self.eventLoop
+            let writes = ReportedBytes()
+            let writer = try await loop.submit {
+                FileBodyWriter(
+                    open: { () throws(URLError) -> PartialFile in
+                        guard let file = PartialFile.openUnnamed(path: path) else { return try PartialFile.open(path: path) }
+                        return file
+                    },
+                    offset: 0,
+                    eventLoop: loop,
+                    pool: { poolAsked.add(1, sizeOnDisk: 0); return NIOThreadPool.singleton }(),
+                    opensUnnamed: true,
+                    expectedBodyBytes: announced
+                ) { count in writes.add(count, sizeOnDisk: 0) }
+            }.get()
+            let chunks = self.chunks(count: 30)
+            _ = try await self.feed(writer, chunks)
+            #expect(await writer.drain() == nil)
+            #expect((poolAsked.calls > 0) == askedForPool, "\(name): write threads asked for \(poolAsked.calls) times")
+            #expect(writes.total == chunks.reduce(0) { $0 + $1.readableBytes }, "\(name): every byte written and reported once")
+        }
+    }
 }
 
 @Suite("EventLoopTaskExecutor: a run's task follows its event loop")
