@@ -23,13 +23,11 @@ public struct HaulCommand: AsyncParsableCommand {
     /// one-file `haul get` runs, 5.7 M more without the completion-script probe; most of what
     /// remains is the Swift runtime's first look-ups of each option's type). Anything that does
     /// not parse that way — help, a usage error, another command — goes through the root parser,
-    /// so messages and usage lines stay the root's. Not with `-` (a list on standard input): the
-    /// first parse would have read it, and the second would find it empty.
+    /// so messages and usage lines stay the root's (a list on standard input is read once for
+    /// both parses: `GetCommand.standardInputText`).
     private static func parseAsRoot(fastArguments arguments: [String]?) throws -> any ParsableCommand {
         let given = arguments ?? Array(CommandLine.arguments.dropFirst())
-        if given.first == GetCommand.configuration.commandName, !given.contains("-"),
-            let get = try? GetCommand.parseAsRoot(Array(given.dropFirst()))
-        {
+        if given.first == GetCommand.configuration.commandName, let get = try? GetCommand.parseAsRoot(Array(given.dropFirst())) {
             return get
         }
         return try self.parseAsRoot(arguments)

@@ -99,7 +99,7 @@ struct GetCommand: AsyncParsableCommand {
         if let inputFile {
             let content: String
             if inputFile == "-" {
-                content = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+                content = Self.standardInputText
             } else {
                 guard let data = FileManager.default.contents(atPath: inputFile) else {
                     throw ValidationError("cannot read the input file \(inputFile)")
@@ -141,6 +141,11 @@ struct GetCommand: AsyncParsableCommand {
             }
         }
     }
+
+    /// Standard input (the list of `-i -`), read once for the process: validation can run
+    /// twice, when a failed parse of `haul get` alone is parsed again from the root
+    /// (`HaulCommand.parseAsRoot(fastArguments:)`), and the second must see the same list.
+    private static let standardInputText = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
 
     static func httpURL(_ text: String) throws -> URL {
         guard let url = URL(string: text), let scheme = url.scheme?.lowercased() else {
