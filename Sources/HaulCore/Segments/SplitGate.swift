@@ -18,25 +18,14 @@
 /// lanes (after every batch written, and on its recheck timer while it waits), with the first
 /// connection's bytes received so far.
 public struct SplitGate: Sendable, Hashable {
-    /// What the engine may do now.
-    public enum Verdict: Sendable, Hashable {
-        /// Still measuring the first window: start nothing, look again by ``SplitGate/window``.
-        case waiting
-        /// The first connection keeps up alone: start nothing, look again.
-        case single
-        /// Start lanes (final).
-        case split
-    }
-
     /// The length of one measuring window, in seconds.
     public let window: Double
     /// Bytes per second at or above which one connection is left alone.
     public let fastEnough: Double
     private var windowStart: Double?
     private var windowStartBytes: Int64 = 0
-    /// Whether one window passed at or above ``fastEnough``.
-    private var hasPassedWindow = false
-    private var isOpen = false
+    /// Whether lanes may start (final once true).
+    public private(set) var isOpen = false
 
     /// 512 MiB/s is more than a SATA SSD writes or a 4 Gbit/s link carries: below it splitting
     /// can pay (a throttled or long path), above it the bottleneck is not the connection.
@@ -51,34 +40,29 @@ public struct SplitGate: Sendable, Hashable {
     /// A gate that is open from the start (splitting asked for regardless of speed).
     public static var open: SplitGate {
         var gate = SplitGate()
-        gate.isOpen = true
+        gate.open()
         return gate
     }
 
-    /// The verdict without a new observation: ``Verdict/split`` once open, else `.waiting` or
-    /// `.single`.
-    public var verdictSoFar: Verdict {
-        self.isOpen ? .split : self.hasPassedWindow ? .single : .waiting
-    }
-
     /// Opens the gate for good (the first connection ended: its rest needs others).
-    public mutating func forceOpen() -> Verdict {
+    public mutating func open() {
         self.isOpen = true
-        return .split
     }
 
     /// The first connection has received `received` bytes in all at `now` (seconds, the
-    /// caller's clock). A window closes once ``window`` seconds passed since it started, or
-    /// early, once it holds a whole window's worth of bytes at ``fastEnough``.
+    /// caller's clock); returns whether lanes may start. A window closes once ``window``
+    /// seconds passed since it started, or early, once it holds a whole window's worth of bytes
+    /// at ``fastEnough``; until one closes slow, the answer is `false` (look again within a
+    /// window).
     ///
     /// `heldBackByDisk`: the connection waited for the disk since the last observation; the
     /// window ends as one that was fast enough.
-    public mutating func observe(received: Int64, now: Double, heldBackByDisk: Bool = false) -> Verdict {
-        guard !self.isOpen else { return .split }
+    public mutating func observe(received: Int64, now: Double, heldBackByDisk: Bool = false) -> Bool {
+        guard !self.isOpen else { return true }
         guard let start = self.windowStart else {
             self.windowStart = now
             self.windowStartBytes = received
-            return .waiting
+            return false
         }
         let bytes = Double(received - self.windowStartBytes)
         let elapsed = now - start
@@ -87,11 +71,10 @@ public struct SplitGate: Sendable, Hashable {
             // the next window starts here.
             self.windowStart = now
             self.windowStartBytes = received
-            self.hasPassedWindow = true
-            return .single
+            return false
         }
-        guard elapsed >= self.window else { return self.hasPassedWindow ? .single : .waiting }
+        guard elapsed >= self.window else { return false }
         self.isOpen = true
-        return .split
+        return true
     }
 }

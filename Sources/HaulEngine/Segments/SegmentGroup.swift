@@ -147,8 +147,7 @@ final class SegmentGroup: @unchecked Sendable {
     func primaryWriterCreated(_ writer: FileBodyWriter) {
         self.eventLoop.assertInEventLoop()
         self.primaryWriter = writer
-        if case .split = self.gate.verdictSoFar { return }
-        writer.setBufferLimit(FileBodyWriter.defaultBufferLimit)
+        if !self.gate.isOpen { writer.setBufferLimit(FileBodyWriter.defaultBufferLimit) }
     }
 
     /// The bytes on disk (a snapshot, any thread).
@@ -345,21 +344,15 @@ final class SegmentGroup: @unchecked Sendable {
     /// within a window even if no byte arrives (a stall opens it). The gate opens for good when
     /// the run's own exchange is no longer running: its lane's rest needs other connections.
     private func gateIsOpen() -> Bool {
-        let verdict: SplitGate.Verdict
+        let mayStart: Bool
         if self.primaryRunning, let primary = self.plan.lanes[0] {
             let heldBack = self.primaryWriter?.takeHeldBack() ?? false
-            verdict = self.gate.observe(received: primary.received, now: self.now, heldBackByDisk: heldBack)
+            mayStart = self.gate.observe(received: primary.received, now: self.now, heldBackByDisk: heldBack)
         } else {
-            verdict = self.gate.forceOpen()
+            self.gate.open()
+            mayStart = true
         }
-        switch verdict {
-        case .split:
-            if let writer = self.primaryWriter {
-                self.primaryWriter = nil
-                writer.setBufferLimit(self.laneBufferLimit)
-            }
-            return true
-        case .waiting, .single:
+        guard mayStart else {
             if self.recheck == nil {
                 self.recheck = self.eventLoop.scheduleTask(in: .nanoseconds(Int64(self.gate.window * 1e9))) {
                     self.recheck = nil
@@ -368,6 +361,11 @@ final class SegmentGroup: @unchecked Sendable {
             }
             return false
         }
+        if let writer = self.primaryWriter {
+            self.primaryWriter = nil
+            writer.setBufferLimit(self.laneBufferLimit)
+        }
+        return true
     }
 
     /// Whether a lane may start on source `index` now (host slots aside).
