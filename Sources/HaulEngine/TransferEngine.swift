@@ -72,8 +72,8 @@ package final class TransferEngine: Sendable {
     package let taskExecutor: EventLoopTaskExecutor
     /// The threads that open partial files and write body bytes into them, so that the event
     /// loop never blocks on the disk (one batch at a time per file; see ``FileBodyWriter``).
-    /// Started on first use: a run of small files written on the loop never needs it (its two
-    /// threads cost 1.4 M instructions to start).
+    /// Started on first use (``FileBodyWriter`` asks for it only when it hands a write over): a
+    /// run of small files written on the loop never starts its threads.
     var fileIOPool: NIOThreadPool { NIOThreadPool.singleton }
     package let limiter: HostConnectionLimiter
     /// The direct HTTP/1.1 connections (``Configuration/usesDirectHTTP1``), if used.

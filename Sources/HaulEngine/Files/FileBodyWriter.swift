@@ -61,7 +61,6 @@ package final class FileBodyWriter: @unchecked Sendable {
     /// The write threads, asked for on first use (a body written on the loop never starts them).
     private let poolProvider: () -> NIOThreadPool
     private lazy var pool: NIOThreadPool = self.poolProvider()
-    private let openPool: NIOThreadPool
     private var bufferLimit: Int
     /// Whether `open` makes an unnamed file (no directory lock to wait for).
     private let opensUnnamed: Bool
@@ -89,14 +88,14 @@ package final class FileBodyWriter: @unchecked Sendable {
     /// Callers of ``drained()`` waiting for the last batch.
     private var drainWaiters: [EventLoopPromise<Void>] = []
 
-    /// Opens the file with `open` on `openPool` with the first batch (or at ``drained()`` when
-    /// nothing came); later batches are written on `pool`.
+    /// Opens the file with `open` on ``namespacePool`` (an unnamed file: on `pool`, or on the
+    /// loop) with the first batch (or at ``drained()`` when nothing came); later batches are
+    /// written on `pool`, each pool started only when first used.
     package init(
         open: @escaping @Sendable () throws(URLError) -> PartialFile,
         offset: Int64,
         eventLoop: any EventLoop,
         pool: @escaping @autoclosure () -> NIOThreadPool = NIOThreadPool.singleton,
-        openPool: NIOThreadPool = FileBodyWriter.namespacePool,
         bufferLimit: Int = FileBodyWriter.defaultBufferLimit,
         opensUnnamed: Bool = false,
         expectedBodyBytes: Int64? = nil,
@@ -108,7 +107,6 @@ package final class FileBodyWriter: @unchecked Sendable {
         self.nextOffset = offset
         self.eventLoop = eventLoop
         self.poolProvider = pool
-        self.openPool = openPool
         self.bufferLimit = bufferLimit
         self.onWritten = onWritten
     }
@@ -232,7 +230,7 @@ package final class FileBodyWriter: @unchecked Sendable {
             self.jobEnded(job(), count: count)
             return
         }
-        let pool = opening == nil || self.opensUnnamed ? self.pool : self.openPool
+        let pool = opening == nil || self.opensUnnamed ? self.pool : Self.namespacePool
         pool.runIfActive(eventLoop: self.eventLoop, job).whenComplete { result in
             // `batch` is released here, on the loop that allocated its buffers.
             withExtendedLifetime(batch) {}
