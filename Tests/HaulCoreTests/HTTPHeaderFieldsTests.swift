@@ -22,6 +22,21 @@ struct HTTPHeaderFieldsTests {
         #expect(!headers.contains("etag"))
     }
 
+    @Test("Every field of a name is found, in order; names of equal length are told apart by their bytes")
+    func repeatedAndEqualLengthNames() {
+        let headers = HTTPHeaderFields([
+            ("Content-Range", "bytes 0-1/2"), ("Accept-Ranges", "none"), ("Last-Modified", "x"), ("accept-ranges", "Bytes"),
+        ])
+        #expect(headers["ACCEPT-RANGES"] == "none")
+        #expect(headers.values(for: "Accept-Ranges") == ["none", "Bytes"])
+        #expect(headers.contains("Accept-Ranges", where: { $0 == "Bytes" }), "the second field of the name is looked at too")
+        #expect(!headers.contains("Accept-Ranges", where: { $0 == "x" }), "a value of another field of the same length does not count")
+        #expect(!headers.contains("Content-Length", where: { _ in true }))
+        // A name built at run time (heap storage, not a literal) compares the same.
+        let spelled = String(decoding: Array("last-MODIFIED".utf8), as: UTF8.self)
+        #expect(headers[spelled] == "x")
+    }
+
     @Test("Header values are trimmed of ASCII spaces, tabs, CR and LF only, on bytes; a value with nothing to trim is kept")
     func trimming() {
         #expect("  42 \t".trimmingASCIIWhitespace() == "42")

@@ -150,6 +150,42 @@ struct HTTP1ConnectionPoolTests {
         try await server.shutdown()
     }
 
+    @Test("On a reused connection the idle timeout counts from the current exchange's last byte, not from the check an earlier exchange left scheduled")
+    func idleTimeoutAcrossReuse() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let idle = Duration.milliseconds(400)
+        let pool = Self.makePool(idleTimeout: .milliseconds(400))
+        // The first exchange leaves its idle check pending (due 400 ms after it started).
+        _ = try await Self.get(pool, server.url("/file/first?size=1000"))
+        try await Task.sleep(for: .milliseconds(250))
+        let started = ContinuousClock.now
+        do {
+            _ = try await Self.get(pool, server.url("/file/stall?size=100000&stallAfter=1000"))
+            Issue.record("a stalled response completed")
+        } catch let error as HTTPClientError {
+            #expect(error == .readTimeout)
+        }
+        let waited = ContinuousClock.now - started
+        // The stale check fires ~150 ms into this exchange; it must wait for the rest.
+        #expect(waited >= idle - .milliseconds(50), "timed out after \(waited), before the idle timeout")
+        #expect(waited < .seconds(5))
+        await pool.shutdown()
+        try await server.shutdown()
+    }
+
+    @Test("The warm-up sets up a connection's pipeline over a local socket pair and closes it; downloads work after it")
+    func warmUp() async throws {
+        // A failure here (a channel option a Unix socket refuses, a handler that throws) would
+        // otherwise only show as a slower first connection.
+        try await HTTP1ConnectionPool.warmUp(on: MultiThreadedEventLoopGroup.singleton.next()).get()
+        let server = try await FaultInjectingHTTPServer.start()
+        let pool = Self.makePool()
+        let sink = try await Self.get(pool, server.url("/file/after-warm-up?size=5000"))
+        #expect(sink.body.count == 5000)
+        await pool.shutdown()
+        try await server.shutdown()
+    }
+
     @Test("Cancel ends an exchange under way with .cancelled and closes its connection")
     func cancel() async throws {
         let server = try await FaultInjectingHTTPServer.start()

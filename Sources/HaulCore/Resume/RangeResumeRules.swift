@@ -24,7 +24,7 @@ public enum RangeResumeRules {
         guard status == 200 || status == 206 else { return .notSuccessful }
         if EntityValidators(headers: headers).ifRangeValue == nil { return .noValidator }
         if status == 206 { return nil }
-        guard headers.fields.contains(where: { $0.name.caseInsensitiveEquals("Accept-Ranges") && Self.listNamesBytes($0.value) }) else {
+        guard headers.contains("Accept-Ranges", where: Self.listNamesBytes) else {
             return .rangesNotAccepted
         }
         if headers["Content-Encoding"].map({ $0.lowercased() != "identity" }) == true, headers["Content-Length"] == nil {
