@@ -190,11 +190,12 @@ package final class TransferEngine: Sendable {
     }
 
     /// Starts a download's exchange over the engine's own HTTP/1.1 connections when they can
-    /// carry it (``HTTP1ConnectionPool/carries(url:method:hasBody:isProxied:)``); `nil`: send it
-    /// through AsyncHTTPClient. `sink` gets the response; `finished` makes the delegate's
-    /// response from it once it has ended, on the loop.
+    /// carry it (``HTTP1ConnectionPool/carries(origin:method:hasBody:isProxied:)``); `nil`: send
+    /// it through AsyncHTTPClient. `origin` is `url`'s. `sink` gets the response; `finished`
+    /// makes the delegate's response from it once it has ended, on the loop.
     func startDirectExchange<Response: Sendable>(
         url: URL,
+        origin: URLOrigin,
         method: String,
         headers: HTTPHeaders,
         hasBody: Bool,
@@ -202,9 +203,9 @@ package final class TransferEngine: Sendable {
         finished: @escaping @Sendable () throws -> Response
     ) -> RunningExchange<Response>? {
         guard let pool = self.directConnections,
-            HTTP1ConnectionPool.carries(url: url, method: method, hasBody: hasBody, isProxied: self.configuration.proxies.proxy(for: url) != nil)
+            HTTP1ConnectionPool.carries(origin: origin, method: method, hasBody: hasBody, isProxied: self.configuration.proxies.proxy(for: url) != nil)
         else { return nil }
-        let exchange = pool.execute(url: url, method: HTTPMethod(rawValue: method), headers: headers, sink: sink)
+        let exchange = pool.execute(url: url, origin: origin, method: HTTPMethod(rawValue: method), headers: headers, sink: sink)
         return .direct(exchange, ended: exchange.ended.flatMapThrowing { try finished() })
     }
 

@@ -32,6 +32,11 @@ struct FileNamingTests {
         #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: URL(string: "http://h/caf%C3%A9/m%C3%BCsli")!) == "müsli")
         #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: URL(string: "http://h")!) == "index.html")
         #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: URL(string: "http://h///")!) == "index.html")
+        // Escapes are decoded once: "%2541" names "%41", not "A".
+        #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: URL(string: "http://h/a%2541.txt")!) == "a%41.txt")
+        #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: URL(string: "http://h/100%25.txt")!) == "100%.txt")
+        // An escaped slash still cannot make a path: only its last part names the file.
+        #expect(FileNaming.suggestedFilename(contentDisposition: nil, url: URL(string: "http://h/a%2F..%2Fb.txt")!) == "b.txt")
     }
 
     @Test("Hostile names cannot escape or hide", arguments: [

@@ -245,6 +245,43 @@ struct FileBodyWriterTests {
             #expect(writes.total == chunks.reduce(0) { $0 + $1.readableBytes }, "\(name): every byte written and reported once")
         }
     }
+
+    @Test("Once the whole announced body is queued it is written at once; a part of it waits to be batched")
+    func wholeAnnouncedBodyWrittenAtOnce() async throws {
+        let directory = self.temporaryPath()
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/whole.bin"
+        let loop = self.eventLoop
+        let writes = ReportedBytes()
+        let writer = try await loop.submit {
+            FileBodyWriter(
+                open: { () throws(URLError) -> PartialFile in
+                    guard let file = PartialFile.openUnnamed(path: path) else { return try PartialFile.open(path: path) }
+                    return file
+                },
+                offset: 0,
+                eventLoop: loop,
+                opensUnnamed: true,
+                expectedBodyBytes: 3000
+            ) { count in writes.add(count, sizeOnDisk: 0) }
+        }.get()
+        var part = ByteBuffer(repeating: 7, count: 1000)
+        // Both looks happen in the same loop tick as the enqueue: no timer could have fired.
+        let afterFirst = try await loop.submit { () -> Int in
+            _ = writer.enqueue(part)
+            return writes.total
+        }.get()
+        #expect(afterFirst == 0, "a third of the body is written alone instead of waiting for the rest")
+        part = ByteBuffer(repeating: 8, count: 2000)
+        let afterLast = try await loop.submit { () -> Int in
+            _ = writer.enqueue(part)
+            return writes.total
+        }.get()
+        #expect(afterLast == 3000, "the complete body waited for a flush timer")
+        #expect(await writer.drain() == nil)
+        #expect(writes.total == 3000)
+    }
 }
 
 @Suite("EventLoopTaskExecutor: a run's task follows its event loop")

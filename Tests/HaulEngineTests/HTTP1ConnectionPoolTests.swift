@@ -233,11 +233,11 @@ struct HTTP1ConnectionPoolTests {
     @Test("Only plain-HTTP GET or HEAD without a body or proxy goes direct")
     func carries() {
         let http = URL(string: "http://h/f")!
-        #expect(HTTP1ConnectionPool.carries(url: http, method: "GET", hasBody: false, isProxied: false))
-        #expect(HTTP1ConnectionPool.carries(url: http, method: "HEAD", hasBody: false, isProxied: false))
-        #expect(!HTTP1ConnectionPool.carries(url: URL(string: "https://h/f")!, method: "GET", hasBody: false, isProxied: false))
-        #expect(!HTTP1ConnectionPool.carries(url: http, method: "POST", hasBody: true, isProxied: false))
-        #expect(!HTTP1ConnectionPool.carries(url: http, method: "GET", hasBody: false, isProxied: true))
+        #expect(HTTP1ConnectionPool.carries(origin: URLOrigin(http), method: "GET", hasBody: false, isProxied: false))
+        #expect(HTTP1ConnectionPool.carries(origin: URLOrigin(http), method: "HEAD", hasBody: false, isProxied: false))
+        #expect(!HTTP1ConnectionPool.carries(origin: URLOrigin(URL(string: "https://h/f")!), method: "GET", hasBody: false, isProxied: false))
+        #expect(!HTTP1ConnectionPool.carries(origin: URLOrigin(http), method: "POST", hasBody: true, isProxied: false))
+        #expect(!HTTP1ConnectionPool.carries(origin: URLOrigin(http), method: "GET", hasBody: false, isProxied: true))
     }
 }
 

@@ -19,7 +19,10 @@ public enum FileNaming {
         {
             return safe
         }
-        let last = String(lastPathComponent(of: url.path))
+        // The path as written, decoded once here: `url.path` decodes it already (so a name
+        // with "%2541" in it was decoded twice), and decoding the whole path costs ~3,000
+        // instructions a file where the last component is all that is used.
+        let last = String(lastPathComponent(of: url.path(percentEncoded: true)))
         let decoded = last.utf8.contains(UInt8(ascii: "%")) ? (last.removingPercentEncoding ?? last) : last
         return sanitize(decoded) ?? "index.html"
     }

@@ -44,22 +44,23 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
 
     /// Whether a request can go over a direct connection: a `GET` or `HEAD` without a body to
     /// an `http` URL with a host, sent without a proxy.
-    static func carries(url: URL, method: String, hasBody: Bool, isProxied: Bool) -> Bool {
+    static func carries(origin: URLOrigin, method: String, hasBody: Bool, isProxied: Bool) -> Bool {
         guard !hasBody, !isProxied, method == "GET" || method == "HEAD" else { return false }
-        guard let scheme = url.scheme, scheme.utf8.count == 4, scheme.lowercased() == "http" else { return false }
-        guard let host = url.host, !host.isEmpty else { return false }
+        guard origin.hasScheme("http"), let host = origin.host, !host.isEmpty else { return false }
         return true
     }
 
-    /// Sends `method` for `url` with `headers` (plus `Host`) and hands the response to `sink`.
-    /// Any thread; the sink is called on the pool's event loop.
-    func execute(url: URL, method: HTTPMethod, headers: HTTPHeaders, sink: any HTTP1ResponseSink) -> HTTP1Exchange {
-        let host = url.host ?? ""
-        let port = url.port ?? 80
+    /// Sends `method` for `url` with `headers` (plus `Host`) and hands the response to `sink`;
+    /// `origin` is `url`'s, when the caller has it already. Any thread; the sink is called on
+    /// the pool's event loop.
+    func execute(url: URL, origin: URLOrigin? = nil, method: HTTPMethod, headers: HTTPHeaders, sink: any HTTP1ResponseSink) -> HTTP1Exchange {
+        let origin = origin ?? URLOrigin(url)
+        let host = origin.host ?? ""
+        let port = origin.explicitPort ?? 80
         var headers = headers
         if !headers.contains(name: "Host") {
             let name = host.utf8.contains(UInt8(ascii: ":")) ? "[\(host)]" : host
-            headers.add(name: "Host", value: url.port == nil || port == 80 ? name : "\(name):\(port)")
+            headers.add(name: "Host", value: origin.explicitPort == nil || port == 80 ? name : "\(name):\(port)")
         }
         let head = HTTPRequestHead(version: .http1_1, method: method, uri: Self.requestTarget(of: url), headers: headers)
         let exchange = HTTP1Exchange(pool: self, host: host, port: port, head: head, sink: sink, eventLoop: self.eventLoop)

@@ -437,7 +437,7 @@ final class SegmentGroup: @unchecked Sendable {
         let delegate = SegmentExchange(group: self, lane: lane, range: range)
         let task: RunningExchange<Void>
         if let direct = self.run.engine.startDirectExchange(
-            url: source.url, method: "GET", headers: headers, hasBody: false,
+            url: source.url, origin: URLOrigin(source.url), method: "GET", headers: headers, hasBody: false,
             sink: delegate, finished: { try delegate.finishedResponse() }
         ) {
             task = direct

@@ -21,7 +21,11 @@ package struct TransferRequest: Sendable, Hashable {
         }
     }
 
-    package var url: URL
+    package var url: URL {
+        didSet { self.origin = URLOrigin(self.url) }
+    }
+    /// `url`'s scheme, host and port, read once (see ``URLOrigin``).
+    package private(set) var origin: URLOrigin
     package var method: String
     package var headers: HTTPHeaderFields
     package var body: Body
@@ -36,6 +40,7 @@ package struct TransferRequest: Sendable, Hashable {
         cachePolicy: CachePolicy = .useProtocolCachePolicy
     ) {
         self.url = url
+        self.origin = URLOrigin(url)
         self.method = method.uppercased()
         self.headers = headers
         self.body = body

@@ -212,7 +212,7 @@ package final class TransferRun: Sendable {
                     continue
                 }
             }
-            if let scheme = request.url.scheme?.lowercased(), scheme == "file" || scheme == "data" {
+            if request.origin.hasScheme("file") || request.origin.hasScheme("data") {
                 let start = Date()
                 let outcome = self.loadLocally(request.url)
                 self.recordLocalOutcome(outcome, request: request, start: start)
@@ -222,7 +222,7 @@ package final class TransferRun: Sendable {
                 consultedCache = true
                 if let answered = self.consultCache(&request) { return answered }
             }
-            let host = Self.hostKey(request.url)
+            let host = request.origin.hostKey
             do {
                 try await self.engine.limiter.acquire(host: host)
             } catch {
@@ -436,9 +436,9 @@ package final class TransferRun: Sendable {
             headers.add(name: "Cookie", value: cookies)
         }
         var tlsConfiguration: TLSConfiguration?
-        if let gate = self.engine.trustGate, request.url.scheme?.lowercased() == "https", let host = request.url.host {
+        if let gate = self.engine.trustGate, request.origin.hasScheme("https"), let host = request.origin.host {
             let proxy = self.engine.configuration.proxies.proxy(for: request.url)
-            switch await gate.decision(host: host, port: request.url.port ?? 443, proxy: proxy) {
+            switch await gate.decision(host: host, port: request.origin.explicitPort ?? 443, proxy: proxy) {
             case .useDefault: break
             case .use(let configuration): tlsConfiguration = configuration
             case .refused(let error): return .failed(error)
@@ -471,7 +471,7 @@ package final class TransferRun: Sendable {
         let isDownload: Bool = if case .file = self.destination { true } else { false }
         if isDownload,
             let direct = self.engine.startDirectExchange(
-                url: request.url, method: request.method, headers: fieldList, hasBody: !request.body.isNone,
+                url: request.url, origin: request.origin, method: request.method, headers: fieldList, hasBody: !request.body.isNone,
                 sink: delegate, finished: { try delegate.finishedResponse() }
             )
         {
@@ -601,7 +601,7 @@ package final class TransferRun: Sendable {
     }
 
     package static func hostKey(_ url: URL) -> String {
-        "\(url.scheme ?? "http")://\(url.host ?? ""):\(url.port ?? (url.scheme == "https" ? 443 : 80))"
+        URLOrigin(url).hostKey
     }
 }
 
