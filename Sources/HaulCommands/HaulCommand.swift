@@ -1,6 +1,5 @@
 import ArgumentParser
 import Foundation
-import HaulEngine
 
 /// The `haul` command: the root of all subcommands.
 public struct HaulCommand: AsyncParsableCommand {
@@ -28,11 +27,6 @@ public struct HaulCommand: AsyncParsableCommand {
     /// both parses: `GetCommand.standardInputText`).
     private static func parseAsRoot(fastArguments arguments: [String]?) throws -> any ParsableCommand {
         let given = arguments ?? Array(CommandLine.arguments.dropFirst())
-        if given.first == GetCommand.configuration.commandName {
-            // Most of a small download's start-up is the runtime's first look at types; the
-            // network side's share runs on another core while the arguments are parsed.
-            TransferEngine.warmUp()
-        }
         if given.first == GetCommand.configuration.commandName, let get = try? GetCommand.parseAsRoot(Array(given.dropFirst())) {
             return get
         }

@@ -131,17 +131,6 @@ package final class TransferEngine: Sendable {
         }
     }
 
-    /// Starts the shared event loops and readies the runtime for the first connection on
-    /// another thread, and returns at once: a command that will download calls it before its
-    /// other start-up work (parsing arguments), which then runs beside it on a second core.
-    /// Needs no network: see ``HTTP1ConnectionPool/warmUp(on:)``. Calling it more than once,
-    /// or never, changes nothing but when that work is done.
-    package static func warmUp() {
-        DispatchQueue.global(qos: .userInitiated).async {
-            _ = HTTP1ConnectionPool.warmUp(on: MultiThreadedEventLoopGroup.singleton.next())
-        }
-    }
-
     /// The configuration of AsyncHTTPClient's default client (made with the first client).
     private func makeClientConfiguration() -> HTTPClient.Configuration {
         let configuration = self.configuration

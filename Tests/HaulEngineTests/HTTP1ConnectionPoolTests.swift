@@ -173,19 +173,6 @@ struct HTTP1ConnectionPoolTests {
         try await server.shutdown()
     }
 
-    @Test("The warm-up sets up a connection's pipeline over a local socket pair and closes it; downloads work after it")
-    func warmUp() async throws {
-        // A failure here (a channel option a Unix socket refuses, a handler that throws) would
-        // otherwise only show as a slower first connection.
-        try await HTTP1ConnectionPool.warmUp(on: MultiThreadedEventLoopGroup.singleton.next()).get()
-        let server = try await FaultInjectingHTTPServer.start()
-        let pool = Self.makePool()
-        let sink = try await Self.get(pool, server.url("/file/after-warm-up?size=5000"))
-        #expect(sink.body.count == 5000)
-        await pool.shutdown()
-        try await server.shutdown()
-    }
-
     @Test("Cancel ends an exchange under way with .cancelled and closes its connection")
     func cancel() async throws {
         let server = try await FaultInjectingHTTPServer.start()

@@ -189,28 +189,6 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
         try sync.addHandler(HTTP1ConnectionHandler(idleTimeout: idleTimeout))
     }
 
-    /// Sets up a channel with a connection's handlers over one end of a local socket pair on
-    /// `eventLoop`, then closes both ends: nothing is sent and no address is involved.
-    ///
-    /// The Swift runtime resolves generic types and protocol conformances on their first use,
-    /// each time scanning all ~9,000 conformance records of the program; a process's first
-    /// connection spends ~8 M instructions (2-3 ms) on that alone. Done here while the caller
-    /// is busy with something else (parsing its arguments), the first real connection finds
-    /// the runtime's caches filled.
-    static func warmUp(on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
-        var ends: [Int32] = [-1, -1]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &ends) == 0 else { return eventLoop.makeSucceededVoidFuture() }
-        let peer = ends[1]
-        return ClientBootstrap(group: eventLoop)
-            .channelOption(.maxMessagesPerRead, value: 1)
-            .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture { try Self.addHandlers(to: channel, idleTimeout: .seconds(60)) }
-            }
-            .withConnectedSocket(ends[0])
-            .flatMap { $0.close() }
-            .always { _ in close(peer) }
-    }
-
     private func forget(_ handler: HTTP1ConnectionHandler, key: Key) {
         let id = ObjectIdentifier(handler)
         self.open[id] = nil
