@@ -85,11 +85,9 @@ struct AddCommand: ParsableCommand {
             text = String(decoding: data, as: UTF8.self)
         }
         var urls: [String] = []
-        for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
-            if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
-            do { _ = try Self.httpURL(trimmed) } catch { throw ValidationError("\(path):\(number + 1): not an http or https URL: '\(trimmed)'") }
-            urls.append(trimmed)
+        for entry in URLList.entries(in: text) {
+            do { _ = try Self.httpURL(entry.text) } catch { throw ValidationError("\(path):\(entry.line): not an http or https URL: '\(entry.text)'") }
+            urls.append(entry.text)
         }
         guard !urls.isEmpty else { throw ValidationError("\(path) lists no URL") }
         return urls
