@@ -215,6 +215,26 @@ struct FileBodyWriterTests {
         #expect(PartialFile.size(at: emptyPath) == 0)
     }
 
+    /// A writer into an unnamed file at `path` (a named one where the file system has none),
+    /// made on the loop, for a body announced as `announced` bytes; `writes` gets each report,
+    /// `poolAsked` a call each time the write threads are asked for.
+    func unnamedWriter(path: String, announcing announced: Int64, writes: ReportedBytes, poolAsked: ReportedBytes = ReportedBytes()) async throws -> FileBodyWriter {
+        let loop = self.eventLoop
+        return try await loop.submit {
+            FileBodyWriter(
+                open: { () throws(URLError) -> PartialFile in
+                    guard let file = PartialFile.openUnnamed(path: path) else { return try PartialFile.open(path: path) }
+                    return file
+                },
+                offset: 0,
+                eventLoop: loop,
+                pool: { poolAsked.add(1, sizeOnDisk: 0); return NIOThreadPool.singleton }(),
+                opensUnnamed: true,
+                expectedBodyBytes: announced
+            ) { count in writes.add(count, sizeOnDisk: 0) }
+        }.get()
+    }
+
     @Test("A body announced within 1 MiB, into an unnamed file, is written on the event loop: the write threads are never asked for")
     func smallAnnouncedBodyOnTheLoop() async throws {
         let directory = self.temporaryPath()
@@ -223,21 +243,8 @@ struct FileBodyWriterTests {
         for (name, announced, askedForPool) in [("small.bin", Int64(600_000), false), ("large.bin", Int64(2 << 20), true)] {
             let path = directory + "/" + name
             let poolAsked = ReportedBytes()
-            let loop = self.eventLoop
             let writes = ReportedBytes()
-            let writer = try await loop.submit {
-                FileBodyWriter(
-                    open: { () throws(URLError) -> PartialFile in
-                        guard let file = PartialFile.openUnnamed(path: path) else { return try PartialFile.open(path: path) }
-                        return file
-                    },
-                    offset: 0,
-                    eventLoop: loop,
-                    pool: { poolAsked.add(1, sizeOnDisk: 0); return NIOThreadPool.singleton }(),
-                    opensUnnamed: true,
-                    expectedBodyBytes: announced
-                ) { count in writes.add(count, sizeOnDisk: 0) }
-            }.get()
+            let writer = try await self.unnamedWriter(path: path, announcing: announced, writes: writes, poolAsked: poolAsked)
             let chunks = self.chunks(count: 30)
             _ = try await self.feed(writer, chunks)
             #expect(await writer.drain() == nil)
@@ -251,21 +258,9 @@ struct FileBodyWriterTests {
         let directory = self.temporaryPath()
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let path = directory + "/whole.bin"
         let loop = self.eventLoop
         let writes = ReportedBytes()
-        let writer = try await loop.submit {
-            FileBodyWriter(
-                open: { () throws(URLError) -> PartialFile in
-                    guard let file = PartialFile.openUnnamed(path: path) else { return try PartialFile.open(path: path) }
-                    return file
-                },
-                offset: 0,
-                eventLoop: loop,
-                opensUnnamed: true,
-                expectedBodyBytes: 3000
-            ) { count in writes.add(count, sizeOnDisk: 0) }
-        }.get()
+        let writer = try await self.unnamedWriter(path: directory + "/whole.bin", announcing: 3000, writes: writes)
         var part = ByteBuffer(repeating: 7, count: 1000)
         // Both looks happen in the same loop tick as the enqueue: no timer could have fired.
         let afterFirst = try await loop.submit { () -> Int in

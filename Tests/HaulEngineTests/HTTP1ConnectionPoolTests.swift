@@ -67,6 +67,19 @@ struct HTTP1ConnectionPoolTests {
         return sink
     }
 
+    /// Sends a request the server stops answering after 1,000 body bytes; expects it to fail
+    /// with `.readTimeout` and returns how long that took.
+    private static func timeToStallTimeout(_ pool: HTTP1ConnectionPool, _ server: FaultInjectingHTTPServer) async throws -> Duration {
+        let started = ContinuousClock.now
+        do {
+            _ = try await Self.get(pool, server.url("/file/stall?size=100000&stallAfter=1000"))
+            Issue.record("a stalled response completed")
+        } catch let error as HTTPClientError {
+            #expect(error == .readTimeout)
+        }
+        return ContinuousClock.now - started
+    }
+
     @Test("Sequential exchanges to one host share one kept-alive connection; bodies and HEAD are framed right")
     func keepAliveAndFraming() async throws {
         let server = try await FaultInjectingHTTPServer.start()
@@ -138,14 +151,7 @@ struct HTTP1ConnectionPoolTests {
             _ = try await Self.get(pool, server.url("/file/lie?size=1000&lieLength=5000"))
         }
         #expect(server.requestCount(forKey: "lie") == 1, "a request whose answer had begun was sent again")
-        let started = ContinuousClock.now
-        do {
-            _ = try await Self.get(pool, server.url("/file/stall?size=100000&stallAfter=1000"))
-            Issue.record("a stalled response completed")
-        } catch let error as HTTPClientError {
-            #expect(error == .readTimeout)
-        }
-        #expect(ContinuousClock.now - started < .seconds(5))
+        #expect(try await Self.timeToStallTimeout(pool, server) < .seconds(5))
         await pool.shutdown()
         try await server.shutdown()
     }
@@ -158,14 +164,7 @@ struct HTTP1ConnectionPoolTests {
         // The first exchange leaves its idle check pending (due 400 ms after it started).
         _ = try await Self.get(pool, server.url("/file/first?size=1000"))
         try await Task.sleep(for: .milliseconds(250))
-        let started = ContinuousClock.now
-        do {
-            _ = try await Self.get(pool, server.url("/file/stall?size=100000&stallAfter=1000"))
-            Issue.record("a stalled response completed")
-        } catch let error as HTTPClientError {
-            #expect(error == .readTimeout)
-        }
-        let waited = ContinuousClock.now - started
+        let waited = try await Self.timeToStallTimeout(pool, server)
         // The stale check fires ~150 ms into this exchange; it must wait for the rest.
         #expect(waited >= idle - .milliseconds(50), "timed out after \(waited), before the idle timeout")
         #expect(waited < .seconds(5))
