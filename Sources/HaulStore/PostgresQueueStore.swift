@@ -390,6 +390,11 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         }
     }
 
+    public func confirmLease(id: Int64, lease: QueueLease) throws {
+        // A change that changes nothing checks the lease under the row's lock and writes nothing.
+        _ = try self.updateDownload(id: id, lease: lease, release: false) { _ in }
+    }
+
     public func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
         try self.transaction(self.general) { connection in
             var changed: [StoredDownload] = []

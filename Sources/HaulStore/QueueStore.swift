@@ -39,6 +39,11 @@ public protocol QueueStore: Sendable {
     @discardableResult
     func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload?
 
+    /// Refused with ``QueueLeaseLost`` when `lease` is no longer current for download `id`;
+    /// writes nothing. For steps that may happen only while the download is this daemon's
+    /// (placing its finished file).
+    func confirmLease(id: Int64, lease: QueueLease) throws
+
     /// Claims a waiting download that no live lease holds; `change` is applied to the row
     /// in the same transaction (the queue marks it active). Never waits for another daemon's
     /// claim in progress.
@@ -100,6 +105,11 @@ extension TransferStore: QueueStore {
     public func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
         try self.updateDownload(id: id, change)
     }
+
+    /// The embedded store's leases are this daemon's for as long as it runs: nothing to read or
+    /// write (it was a write transaction per finished download, a quarter of a small file's
+    /// bookkeeping).
+    public func confirmLease(id: Int64, lease: QueueLease) throws {}
 
     public func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
         let waiting = Mutex(true)

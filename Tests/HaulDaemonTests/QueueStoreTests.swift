@@ -167,6 +167,9 @@ struct QueueStoreTests {
 
         // a comes back: its writes and renewals are refused; the row keeps b's bytes.
         #expect(throws: QueueLeaseLost.self) { try a.updateDownload(id: ids[0], lease: leaseA, release: false) { $0.bytesDone = 1 } }
+        // Before placing a finished file, a confirms its lease: refused too; b's is current.
+        #expect(throws: QueueLeaseLost.self) { try a.confirmLease(id: ids[0], lease: leaseA) }
+        try b.confirmLease(id: ids[0], lease: leaseB)
         #expect(try a.renewLeases([ids[0]: leaseA], seconds: 30).isEmpty)
         #expect(try b.download(id: ids[0])?.bytesDone == 100)
 

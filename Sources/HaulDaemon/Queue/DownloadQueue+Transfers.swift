@@ -471,10 +471,8 @@ extension DownloadQueue {
                 return
             }
             let name = download.requestedName ?? FileNaming.suggestedFilename(contentDisposition: disposition, url: url)
-            // The file is placed only while the download is still this daemon's. The embedded
-            // store's leases are this daemon's for as long as it runs: nothing to confirm (a
-            // write transaction per file, a quarter of a small file's bookkeeping).
-            if self.store.isShared { try self.updateDownload(id: id, lease: lease) { _ in } }
+            // The file is placed only while the download is still this daemon's.
+            try self.store.confirmLease(id: id, lease: lease)
             let finalPath: String
             do {
                 finalPath = try NoOverwriteMove.moveChoosingFreeName(partial, directory: download.directory, name: name)
