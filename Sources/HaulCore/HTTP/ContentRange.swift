@@ -68,8 +68,9 @@ extension String {
     }
 }
 
-/// `bytes` without leading and trailing ASCII whitespace, as a string.
-private func trimmedString<Bytes: RandomAccessCollection>(of bytes: Bytes) -> String where Bytes.Element == UInt8 {
+/// `bytes` without leading and trailing ASCII whitespace, as a string (header values, list
+/// lines).
+func trimmedString<Bytes: RandomAccessCollection>(of bytes: Bytes) -> String where Bytes.Element == UInt8 {
     guard let start = bytes.firstIndex(where: { !isASCIIWhitespace($0) }) else { return "" }
     let end = bytes.index(after: bytes.lastIndex(where: { !isASCIIWhitespace($0) })!)
     return String(decoding: bytes[start..<end], as: UTF8.self)

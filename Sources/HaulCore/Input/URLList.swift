@@ -30,21 +30,13 @@ public enum URLList {
         while start < bytes.endIndex {
             var end = start
             while end < bytes.endIndex, bytes[end] != UInt8(ascii: "\n") { end += 1 }
-            var first = start
-            var last = end
-            while first < last, Self.isBlank(bytes[first]) { first += 1 }
-            while last > first, Self.isBlank(bytes[last - 1]) { last -= 1 }
-            if first < last, bytes[first] != UInt8(ascii: "#") {
-                entries.append(Entry(line: line, text: String(decoding: bytes[first..<last], as: UTF8.self)))
+            let text = trimmedString(of: bytes[start..<end])
+            if let first = text.utf8.first, first != UInt8(ascii: "#") {
+                entries.append(Entry(line: line, text: text))
             }
             line += 1
             start = end + 1
         }
         return entries
-    }
-
-    @inline(__always)
-    private static func isBlank(_ byte: UInt8) -> Bool {
-        byte == 0x20 || byte == 0x09 || byte == 0x0D
     }
 }
