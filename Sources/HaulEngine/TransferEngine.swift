@@ -131,7 +131,7 @@ package final class TransferEngine: Sendable {
         }
     }
 
-    /// The configuration of AsyncHTTPClient's default client (made with the first client).
+    /// The configuration every AsyncHTTPClient client starts from (made as each client is).
     private func makeClientConfiguration() -> HTTPClient.Configuration {
         let configuration = self.configuration
         var pool = HTTPClient.Configuration.ConnectionPool(
