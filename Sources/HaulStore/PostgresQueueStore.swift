@@ -562,6 +562,13 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         }
     }
 
+    /// Runs `body` as it is: every call stays a transaction of its own. A fleet's claims and
+    /// leases are decided under row locks, which one transaction across many downloads would
+    /// hold for all of them while other daemons wait.
+    public func batch<T>(_ body: () throws -> T) throws -> T {
+        try body()
+    }
+
     public func purgeFinishedDownloads() throws -> Int {
         try self.transaction(self.general) { connection in
             let result = try self.run(connection, "DELETE FROM haul_queued_download WHERE state IN ('complete', 'error', 'removed')")

@@ -80,6 +80,14 @@ public protocol QueueStore: Sendable {
     /// more) go back to waiting; they resume.
     func reviveInterruptedDownloads(of daemon: String) throws
 
+    /// Runs `body`, whose calls to this store on the calling thread join one transaction where
+    /// the engine allows it (the embedded store: one SQLite transaction, each call a savepoint
+    /// in it). Every call keeps its own all-or-nothing; the batch's commit saves them together.
+    /// A store without batches runs `body` as it is: each call its own transaction.
+    ///
+    /// - Throws: the commit's error, when nothing of the batch was saved.
+    func batch<T>(_ body: () throws -> T) throws -> T
+
     /// Deletes finished, failed and removed downloads; returns how many.
     func purgeFinishedDownloads() throws -> Int
 

@@ -88,13 +88,64 @@ public struct TransferStore: Sendable {
         return migrator
     }
 
+    /// A read of the queue's rows: inside a ``batch(_:)`` of this thread, on its transaction
+    /// (it sees the batch's own writes); otherwise a read transaction of its own.
     package func read<T>(_ body: (Database) throws -> T) throws -> T {
-        try self.writer.read(body)
+        if let db = self.openBatch { return try body(db) }
+        return try self.writer.read(body)
     }
 
+    /// A change of the queue's rows, all or nothing: inside a ``batch(_:)`` of this thread, a
+    /// savepoint of its transaction; otherwise a transaction of its own.
     func write<T>(_ body: (Database) throws -> T) throws -> T {
-        try self.writer.write(body)
+        guard let db = self.openBatch else { return try self.writer.write(body) }
+        var result: T?
+        try db.inSavepoint {
+            result = try body(db)
+            return .commit
+        }
+        return result!
     }
+
+    // MARK: - Batches
+
+    /// Runs `body` with every call it makes to this store's queue methods (reads and changes of
+    /// downloads) on the calling thread inside one write transaction, committed when `body`
+    /// returns: one commit (one WAL append, one lock round) for many downloads that start or
+    /// end together, where each used to be a transaction of its own. Each change stays all or
+    /// nothing (a savepoint) and sees the batch's earlier changes. A batch inside a batch joins
+    /// it.
+    ///
+    /// The batch belongs to the thread: `body` must not reach the store from a block it runs
+    /// synchronously on another dispatch queue (`sync` runs it on this same thread, where GRDB
+    /// refuses the batch's connection), nor from another thread (that call waits for the
+    /// batch's commit).
+    ///
+    /// - Throws: the commit's error (nothing of the batch is saved), or what `body` threw
+    ///   (everything is rolled back).
+    public func batch<T>(_ body: () throws -> T) throws -> T {
+        if self.openBatch != nil { return try body() }
+        return try self.writer.write { db in
+            try Self.$currentBatch.withValue(OpenBatch(writer: ObjectIdentifier(self.writer), database: db)) {
+                try body()
+            }
+        }
+    }
+
+    /// The transaction of a batch open on this thread for this store's database, if any.
+    private var openBatch: Database? {
+        guard let batch = Self.currentBatch, batch.writer == ObjectIdentifier(self.writer) else { return nil }
+        return batch.database
+    }
+
+    /// A batch's transaction, bound to the thread (a task-local outside of any task) that runs
+    /// it: GRDB hands its connection to that thread only, for the batch's duration.
+    private struct OpenBatch: @unchecked Sendable {
+        var writer: ObjectIdentifier
+        var database: Database
+    }
+
+    @TaskLocal private static var currentBatch: OpenBatch?
 
     // MARK: - Tasks
 

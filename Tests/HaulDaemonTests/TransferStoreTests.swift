@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Synchronization
 import HaulCore
 import HaulStore
 import Testing
@@ -148,5 +149,81 @@ struct TransferStoreTests {
         }
         let reopened = try TransferStore.open(path: path)
         #expect(try reopened.task(id: 1)?.sessionIdentifier == "s")
+    }
+
+    struct Refused: Error {}
+
+    /// Runs `body` on a new thread (not a dispatch queue's, which a `sync` call would run on
+    /// the caller's own thread) and waits for it.
+    static func onOtherThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) throws -> T {
+        let result = Mutex<Result<T, any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            result.withLock { $0 = Result { try body() } }
+            done.signal()
+        }.start()
+        done.wait()
+        return try result.withLock { $0! }.get()
+    }
+
+    @Test("A batch is one transaction: its calls see each other's writes, a call that throws leaves only its own change out, other connections see all or nothing")
+    func batchIsOneTransaction() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("store-\(UUID().uuidString).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
+        let store = try TransferStore.open(path: path)
+        let row = StoredDownload(urls: [URL(string: "http://127.0.0.1/a")!], directory: "/d", requestedName: nil, checksum: nil, priority: 0, speedLimit: 0)
+        let existing = try store.insert([row])[0].id!
+        let seenOutside = try store.batch { () throws -> StoredDownload? in
+            let ids = try store.insert([row, row]).map { $0.id! }
+            try store.updateDownload(id: ids[0]) { $0.bytesDone = 7 }
+            #expect(try store.download(id: ids[0])?.bytesDone == 7, "the batch reads its own write")
+            #expect(throws: Refused.self) {
+                try store.updateDownload(id: existing) { download in
+                    download.bytesDone = 99
+                    throw Refused()
+                }
+            }
+            // A batch inside the batch joins it.
+            try store.batch { try store.updateDownload(id: ids[1]) { $0.state = .paused } }
+            // Another connection (a reader of the pool, on a thread of its own) sees none of it yet.
+            return try Self.onOtherThread { try store.download(id: ids[0]) }
+        }
+        #expect(seenOutside == nil)
+        #expect(try store.download(id: existing + 1)?.bytesDone == 7)
+        #expect(try store.download(id: existing + 2)?.state == .paused)
+        #expect(try store.download(id: existing)?.bytesDone == 0, "the refused change is not saved")
+    }
+
+    @Test("A batch whose body throws saves nothing")
+    func failedBatchSavesNothing() throws {
+        let store = try TransferStore.inMemory()
+        let row = StoredDownload(urls: [URL(string: "http://127.0.0.1/a")!], directory: "/d", requestedName: nil, checksum: nil, priority: 0, speedLimit: 0)
+        let id = try store.insert([row])[0].id!
+        #expect(throws: Refused.self) {
+            try store.batch {
+                try store.updateDownload(id: id) { $0.bytesDone = 5 }
+                _ = try store.insert([row])
+                throw Refused()
+            }
+        }
+        #expect(try store.download(id: id)?.bytesDone == 0)
+        #expect(try store.download(id: id + 1) == nil)
+    }
+
+    @Test("URL lists written by JSONEncoder (escaped slashes) still read; an unreadable one is a clear error")
+    func urlColumnFormats() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("store-\(UUID().uuidString).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
+        let store = try TransferStore.open(path: path)
+        let raw = try DatabaseQueue(path: path)
+        let row = StoredDownload(urls: [URL(string: "http://127.0.0.1/a")!], directory: "/d", requestedName: nil, checksum: nil, priority: 0, speedLimit: 0)
+        let id = try store.insert([row])[0].id!
+        try raw.write { db in
+            try db.execute(sql: #"UPDATE queuedDownload SET urls = '["http:\/\/127.0.0.1\/x%20y","https:\/\/m\/\u00fc"]' WHERE id = ?"#, arguments: [id])
+        }
+        #expect(try store.download(id: id)?.urls == [URL(string: "http://127.0.0.1/x%20y")!, URL(string: "https://m/ü")!])
+        try raw.write { db in try db.execute(sql: "UPDATE queuedDownload SET urls = '[\"http://a\", 3' WHERE id = ?", arguments: [id]) }
+        let error = #expect(throws: DatabaseError.self) { try store.download(id: id) }
+        #expect(error?.message?.contains("download \(id): unreadable urls column") == true)
     }
 }

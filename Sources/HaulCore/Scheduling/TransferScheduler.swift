@@ -131,6 +131,8 @@ public struct TransferScheduler: Sendable {
     public func isWaiting(_ id: TransferID) -> Bool { self.location[id] != nil }
     public func runningCount(host: String) -> Int { self.runningPerHost[host] ?? 0 }
     public var runningIDs: [TransferID] { Array(self.running.keys) }
+    /// The entry a running transfer was started from (its host, priority …).
+    public func runningEntry(_ id: TransferID) -> Entry? { self.running[id]?.entry }
 
     // MARK: - Events
 

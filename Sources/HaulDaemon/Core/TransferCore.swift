@@ -10,8 +10,9 @@ import Synchronization
 ///
 /// Owners tell the core what is ready (``enqueue(_:)``), what no longer is (``withdraw(_:)``)
 /// and what ended (``ended(_:)``); the core decides on its serial queue and calls the owners
-/// back (``TransferOwner/startTransfer(_:)``, ``TransferOwner/yieldTransfer(_:)``) in the order
-/// decided.
+/// back (``TransferOwner/startTransfers(_:)``, ``TransferOwner/yieldTransfer(_:)``) in the order
+/// decided. An owner that frees slots on its own serial queue may decide there at once
+/// (``endedAndReady(_:_:startingFor:)``) and start its own transfers without a hop.
 public final class TransferCore: Sendable {
     public struct Configuration: Sendable {
         /// Idle timeout of one request.
@@ -147,6 +148,35 @@ public final class TransferCore: Sendable {
         self.decide { $0.ended(id, now: $1) }
     }
 
+    /// Many transfers ended (an owner handled their ends together): one decision.
+    func ended(_ ids: [TransferID]) {
+        guard !ids.isEmpty else { return }
+        self.decide { scheduler, now in ids.flatMap { scheduler.ended($0, now: now) } }
+    }
+
+    /// `ended` freed their slots and `ready` wait for one: one decision, made now on the
+    /// caller's thread (in order with every other decision), whose starts of `owner`'s own
+    /// transfers are returned for the caller to start at once instead of being sent to its
+    /// queue. Every other action goes out as ``decide(_:)``'s do.
+    ///
+    /// For an owner on its own serial queue: a slot that frees refills without two thread hops
+    /// (to the decision queue and back), which bound a queue of small files more than their
+    /// bytes did. Must not be called from the decision queue.
+    func endedAndReady(_ ended: [TransferID], _ ready: [TransferScheduler.Entry], startingFor owner: TransferOwnerKind) -> [TransferScheduler.Entry] {
+        guard !ended.isEmpty || !ready.isEmpty else { return [] }
+        dispatchPrecondition(condition: .notOnQueue(self.decisions))
+        return self.decisions.sync {
+            self.run(
+                { scheduler, now in
+                    var actions = ended.flatMap { scheduler.ended($0, now: now) }
+                    if !ready.isEmpty { actions += scheduler.add(ready, now: now) }
+                    return actions
+                },
+                keepingStartsOf: owner
+            )
+        }
+    }
+
     /// New shared limits, effective at once (lowering one yields what no longer fits).
     func setLimits(_ limits: Limits) {
         self.engine.limiter.limit = limits.maximumPerHost
@@ -195,38 +225,54 @@ public final class TransferCore: Sendable {
     // MARK: - Deciding
 
     private func decide(_ event: @escaping @Sendable (inout TransferScheduler, Double) -> [TransferScheduler.Action]) {
-        self.decisions.async {
-            let now = Self.now()
-            let (actions, owners, idleWaiters, becameIdle) = self.state.withLock { state in
-                let wasRunning = state.scheduler.runningCount > 0
-                let actions = event(&state.scheduler, now)
-                var waiters: [CheckedContinuation<Void, Never>] = []
-                if state.scheduler.runningCount == 0 {
-                    waiters = state.idleWaiters
-                    state.idleWaiters = []
-                }
-                return (actions, state.owners, waiters, wasRunning && state.scheduler.runningCount == 0)
+        self.decisions.async { _ = self.run(event, keepingStartsOf: nil) }
+    }
+
+    /// Makes one decision and carries out its actions (on `decisions`); the starts of `kept`'s
+    /// transfers are returned instead of sent.
+    private func run(
+        _ event: (inout TransferScheduler, Double) -> [TransferScheduler.Action],
+        keepingStartsOf kept: TransferOwnerKind?
+    ) -> [TransferScheduler.Entry] {
+        let now = Self.now()
+        let (actions, started, owners, idleWaiters, becameIdle) = self.state.withLock { state in
+            let wasRunning = state.scheduler.runningCount > 0
+            let actions = event(&state.scheduler, now)
+            var started: [TransferID: TransferScheduler.Entry] = [:]
+            for case .start(let id) in actions { started[id] = state.scheduler.runningEntry(id) }
+            var waiters: [CheckedContinuation<Void, Never>] = []
+            if state.scheduler.runningCount == 0 {
+                waiters = state.idleWaiters
+                state.idleWaiters = []
             }
-            for action in actions {
-                switch action {
-                case .start(let id):
-                    guard let owner = owners[id.owner]?.owner else {
-                        self.decide { $0.ended(id, now: $1) }
-                        continue
-                    }
-                    owner.startTransfer(id.number)
-                case .yield(let id):
-                    owners[id.owner]?.owner?.yieldTransfer(id.number)
-                case .wakeUp(let at):
-                    self.scheduleWakeUp(at: at)
-                }
-            }
-            for waiter in idleWaiters { waiter.resume() }
-            // The last transfer ended: the heap its buffers grew goes back to the system now,
-            // not at the next quiet-time trim (scripts/queue-bench, 10,000 queued and 200 run:
-            // 64.2 -> 62.9 MiB right after).
-            if becameIdle { WorkingSetTrimmer.releaseFreeHeap() }
+            return (actions, started, state.owners, waiters, wasRunning && state.scheduler.runningCount == 0)
         }
+        // Starts go to each owner together (one hop to its queue for the lot), after the
+        // yields and wake-ups of the same decision, in the scheduler's order per owner.
+        var starts: [TransferOwnerKind: [TransferScheduler.Entry]] = [:]
+        for action in actions {
+            switch action {
+            case .start(let id):
+                guard owners[id.owner]?.owner != nil, let entry = started[id] else {
+                    self.decide { $0.ended(id, now: $1) }
+                    continue
+                }
+                starts[id.owner, default: []].append(entry)
+            case .yield(let id):
+                owners[id.owner]?.owner?.yieldTransfer(id.number)
+            case .wakeUp(let at):
+                self.scheduleWakeUp(at: at)
+            }
+        }
+        for kind in TransferOwnerKind.allCases where kind != kept {
+            if let entries = starts[kind] { owners[kind]?.owner?.startTransfers(entries) }
+        }
+        for waiter in idleWaiters { waiter.resume() }
+        // The last transfer ended: the heap its buffers grew goes back to the system now,
+        // not at the next quiet-time trim (scripts/queue-bench, 10,000 queued and 200 run:
+        // 64.2 -> 62.9 MiB right after).
+        if becameIdle { WorkingSetTrimmer.releaseFreeHeap() }
+        return kept.flatMap { starts[$0] } ?? []
     }
 
     private func scheduleWakeUp(at time: Double) {

@@ -9,10 +9,11 @@ import HaulCore
 /// other three come from a ``TrackedTransfer`` of the owner's, on an event-loop thread: they
 /// must return at once.
 protocol TransferOwner: AnyObject, Sendable {
-    /// Start transfer `number` now. Every start is answered with exactly one
-    /// ``TransferCore/ended(_:)``: when its run has ended, or at once when it cannot start
-    /// after all (paused or removed meanwhile).
-    func startTransfer(_ number: Int64)
+    /// Start these transfers now: the entries one decision of the scheduler started, in its
+    /// order (one hop for all of them), each as it was enqueued (its host). Every start is
+    /// answered with exactly one ``TransferCore/ended(_:)``: when its run has ended, or at once
+    /// when it cannot start after all (paused or removed meanwhile).
+    func startTransfers(_ entries: [TransferScheduler.Entry])
 
     /// Stop the running transfer `number`, keeping its bytes, and make it ready again once it
     /// stopped (``TransferCore/ended(_:)`` then ``TransferCore/enqueue(_:)``). A limit went down, or

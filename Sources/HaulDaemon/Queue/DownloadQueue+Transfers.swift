@@ -7,25 +7,10 @@ import Synchronization
 extension DownloadQueue {
     // MARK: - TransferOwner
 
-    /// The core chose download `number`: claim it (in a fleet, another daemon may have it) and
-    /// start it, unless it stopped waiting meanwhile.
-    func startTransfer(_ number: Int64) {
-        self.work.async {
-            let id = TransferID(.queue, number)
-            guard !self.state.withLock({ $0.isShuttingDown }) else {
-                self.core.ended(id)
-                return
-            }
-            switch self.startRun(number) {
-            case .started:
-                break
-            case .notStarted:
-                self.core.ended(id)
-            case .retry(let entry):
-                self.core.ended(id)
-                self.core.enqueue(entry)
-            }
-        }
+    /// The core chose these downloads: each is claimed (in a fleet, another daemon may have
+    /// it) and started unless it stopped waiting meanwhile, through the inbox.
+    func startTransfers(_ entries: [TransferScheduler.Entry]) {
+        self.post(entries.map { .start($0) })
     }
 
     func yieldTransfer(_ number: Int64) {
@@ -101,31 +86,20 @@ extension DownloadQueue {
         case retry(TransferScheduler.Entry)
     }
 
-    /// Claims a waiting download and starts its run (on `work`).
-    private func startRun(_ id: Int64) -> StartResult {
+    /// Claims a waiting download and starts its run (on `work`). The claim reads the row (it
+    /// must be waiting); what it needs beforehand comes from the scheduler's entry (the host)
+    /// and the index (the connections asked for), not from a read of its own.
+    func startRun(_ entry: TransferScheduler.Entry) -> StartResult {
+        let id = entry.id.number
         let me = self.configuration.daemonName
-        let known: StoredDownload
-        do {
-            guard let row = try self.store.download(id: id) else {
-                self.state.withLock { $0.index.remove(id: id) }
-                return .notStarted
-            }
-            known = row
-        } catch {
-            self.logger.error("cannot read download \(id): \(error)")
-            return .notStarted
-        }
-        guard known.state == .waiting else {
-            self.state.withLock { $0.saved(known) }
-            return .notStarted
-        }
+        guard let indexed = self.state.withLock({ $0.index.entry(id: id)?.info }) else { return .notStarted }
         let settings = self.settings
-        let wanted = known.connections ?? settings.connectionsPerDownload ?? QueueSettings.defaultConnectionsPerDownload
+        let wanted = indexed.maximumConnections ?? settings.connectionsPerDownload ?? QueueSettings.defaultConnectionsPerDownload
         let claim = QueueClaim(
             downloadID: id,
             daemon: me,
             leaseSeconds: self.configuration.leaseSeconds,
-            host: TransferRun.hostKey(known.url),
+            host: entry.host,
             connections: wanted,
             maximumPerHost: self.store.isShared ? settings.maximumConnectionsPerHost : 0
         )
@@ -169,7 +143,11 @@ extension DownloadQueue {
             lease = granted
             connections = count
         case .notWaiting:
-            if let row = try? self.store.download(id: id) { self.state.withLock { $0.saved(row) } }
+            // Paused, removed or finished meanwhile (or gone: the index forgets it).
+            let row = try? self.store.download(id: id)
+            self.state.withLock { state in
+                if let row { state.saved(row) } else { state.index.remove(id: id) }
+            }
             return .notStarted
         case .heldElsewhere(let holder):
             self.logger.debug("download \(id) is held by \(holder ?? "another daemon")")
@@ -177,7 +155,7 @@ extension DownloadQueue {
             return .notStarted
         case .hostBusy:
             // The fleet uses the host's whole budget: look again in a second.
-            var entry = Self.entry(for: known)
+            var entry = entry
             entry.notBefore = TransferCore.now() + 1
             return .retry(entry)
         }
@@ -226,7 +204,7 @@ extension DownloadQueue {
         }
         self.logger.debug("download \(id) starts at offset \(point?.offset ?? 0) from \(download.url.absoluteString) (lease \(lease))")
         self.publish(.changed(self.info(for: download)))
-        run.start { outcome in self.work.async { self.transferEnded(id, outcome: outcome) } }
+        self.launchWhenSaved(id, run)
         return .started
     }
 
@@ -269,8 +247,9 @@ extension DownloadQueue {
                 return
             }
             // Without one, verifying is a look at the file's size: right here, without two
-            // thread hops per file, and on the row finishing goes on with (one read).
-            let row = try? self.store.download(id: id)
+            // thread hops per file, on the row as last saved (every write of it keeps the
+            // running copy; in a fleet, so do other daemons' changes).
+            let row = running.stored
             self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: self.verify(row, total: total), row: row)
             return
         case .completed(let response, _):
@@ -287,10 +266,10 @@ extension DownloadQueue {
     /// The slot of `id` is free; a download waiting again goes back to the scheduler. `row`:
     /// the download as just saved on this queue, when the caller has it (no read).
     private func ended(_ id: Int64, row: StoredDownload? = nil) {
-        self.core.ended(TransferID(.queue, id))
+        self.freeSlot(id)
         if let download = row ?? (try? self.store.download(id: id)) {
             self.state.withLock { $0.saved(download) }
-            if download.state == .waiting, download.runner == nil { self.core.enqueue(Self.entry(for: download)) }
+            if download.state == .waiting, download.runner == nil { self.makeReady(Self.entry(for: download)) }
         }
     }
 

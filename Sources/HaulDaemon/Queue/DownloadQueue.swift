@@ -88,6 +88,11 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var fleet: [DaemonPresence] = []
         /// Whether the last renewal or heartbeat reached the store.
         var storeReachable = true
+        /// Starts and ends waiting for the next drain (`DownloadQueue+Inbox`).
+        var inbox: [WorkEvent] = []
+        var drainScheduled = false
+        /// While a drain runs its batch: what it owes once the batch is saved.
+        var effects: DrainEffects?
     }
 
     package let store: any QueueStore
@@ -174,8 +179,16 @@ public final class DownloadQueue: TransferOwner, Sendable {
         }
     }
 
+    /// Tells every subscriber about `change`: at once, or (during a drain of the inbox) once the
+    /// drain's batch is saved, so that nobody hears of a change the store may not keep.
     func publish(_ change: QueueChange) {
-        let handlers = self.state.withLock { Array($0.subscribers.values) }
+        let handlers = self.state.withLock { state -> [@Sendable (QueueChange) -> Void] in
+            if state.effects != nil {
+                state.effects!.changes.append(change)
+                return []
+            }
+            return Array(state.subscribers.values)
+        }
         for handler in handlers { handler(change) }
     }
 

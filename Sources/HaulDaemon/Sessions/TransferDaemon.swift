@@ -329,22 +329,27 @@ public final class TransferDaemon: TransferOwner, Sendable {
 
     // MARK: - TransferOwner
 
-    /// The core chose `number`: start it unless it stopped waiting meanwhile.
-    func startTransfer(_ number: Int64) {
+    /// The core chose these tasks: start each unless it stopped waiting meanwhile.
+    func startTransfers(_ entries: [TransferScheduler.Entry]) {
         self.deliveryQueue.async {
-            let id = TransferID(.session, number)
-            guard !self.state.withLock({ $0.isShuttingDown }), var task = try? self.store.task(id: number), task.state == .waiting else {
-                self.core.ended(id)
-                return
-            }
-            task.state = .running
-            do { try self.store.update(task) } catch {
-                self.logger.error("cannot record task \(number) as running: \(error)")
-                self.core.ended(id)
-                return
-            }
-            self.startRun(task)
+            for entry in entries { self.startTransfer(entry.id.number) }
         }
+    }
+
+    /// Starts task `number` (on `deliveryQueue`), or gives its slot back.
+    private func startTransfer(_ number: Int64) {
+        let id = TransferID(.session, number)
+        guard !self.state.withLock({ $0.isShuttingDown }), var task = try? self.store.task(id: number), task.state == .waiting else {
+            self.core.ended(id)
+            return
+        }
+        task.state = .running
+        do { try self.store.update(task) } catch {
+            self.logger.error("cannot record task \(number) as running: \(error)")
+            self.core.ended(id)
+            return
+        }
+        self.startRun(task)
     }
 
     func yieldTransfer(_ number: Int64) {
