@@ -30,6 +30,8 @@ extension DownloadQueue {
         var changes: [QueueChange] = []
         /// Claimed downloads whose run starts after the commit (their claim is then saved).
         var runs: [(id: Int64, run: TransferRun)] = []
+        /// The batch's writes, in order, to write again one by one if it is not saved.
+        var replays: [Replay] = []
     }
 
     /// Adds `events` to the inbox; the first to find it empty schedules a drain on `work`.
@@ -89,7 +91,7 @@ extension DownloadQueue {
             for change in effects.changes { self.publish(change) }
             for (id, run) in effects.runs { self.launch(id, run) }
         } else {
-            self.recover(handled, effects)
+            self.recover(effects)
         }
     }
 
@@ -115,27 +117,47 @@ extension DownloadQueue {
         }
     }
 
-    /// The batch was not saved: nothing it wrote holds. Claimed runs do not start; every
-    /// download the events named is read back from the store (lists and the scheduler follow
-    /// the durable rows, not what the batch meant to write).
-    private func recover(_ events: [WorkEvent], _ effects: DrainEffects) {
-        var freed = effects.freedSlots
-        for (id, _) in effects.runs {
-            self.state.withLock { _ = $0.running.removeValue(forKey: id) }
-            freed.append(TransferID(.queue, id))
+    /// The batch was not saved (its commit failed: a full disk, an I/O error): its writes are
+    /// made again one by one, in order, each its own transaction as they were before batches.
+    /// A download whose write still fails (or whose claim no longer holds) loses what came
+    /// after it in the batch: its run does not start, and it is read back from the store, so
+    /// lists and the scheduler follow the durable row; nobody hears of the lost change.
+    private func recover(_ effects: DrainEffects) {
+        var lost: Set<Int64> = []
+        for replay in effects.replays where lost.isDisjoint(with: replay.ids) {
+            do {
+                if try !replay.redo() { lost.formUnion(replay.ids) }
+            } catch {
+                self.logger.error("cannot save the change of download \(replay.ids.map(String.init).joined(separator: ", ")) on its own either: \(error)")
+                lost.formUnion(replay.ids)
+            }
+        }
+        for change in effects.changes {
+            if case .changed(let info) = change, lost.contains(info.id) { continue }
+            self.publish(change)
+        }
+        var freed: [TransferID] = []
+        for (id, run) in effects.runs {
+            if lost.contains(id) {
+                self.state.withLock { _ = $0.running.removeValue(forKey: id) }
+                freed.append(TransferID(.queue, id))
+            } else {
+                self.launch(id, run)
+            }
         }
         var ready: [TransferScheduler.Entry] = []
-        for event in events {
-            let id: Int64
-            switch event {
-            case .start(let entry): id = entry.id.number
-            case .ended(let number, _): id = number
+        for id in lost.sorted() {
+            guard var row = try? self.store.download(id: id) else {
+                self.state.withLock { $0.index.remove(id: id) }
+                continue
             }
-            guard let row = try? self.store.download(id: id) else { continue }
-            let running = self.state.withLock { state -> Bool in
-                state.saved(row)
-                return state.running[id] != nil
+            let running = self.state.withLock { $0.running[id] != nil }
+            if row.state == .active, !running, row.runner == nil || row.runner == self.configuration.daemonName {
+                // Its run ended and how was not saved: it waits again rather than stay active
+                // with nothing running it (a file it had placed stays, the next gets a number).
+                if let waiting = try? self.store.updateDownload(id: id, { if $0.state == .active { $0.state = .waiting } }) { row = waiting }
             }
+            self.state.withLock { $0.saved(row) }
             self.publish(.changed(self.info(for: row)))
             if row.state == .waiting, row.runner == nil, !running { ready.append(Self.entry(for: row)) }
         }

@@ -75,8 +75,9 @@ extension DownloadQueue {
             var rank = Aria2Position.rank(at: target, among: others.map(\.queueOrder))
             if rank == nil {
                 // No room between two neighbours: number the whole queue again (0, 2, 4 …).
-                var positions: [Int64: Int] = [:]
-                for (position, other) in others.enumerated() { positions[other.id] = position }
+                var numbering: [Int64: Int] = [:]
+                for (position, other) in others.enumerated() { numbering[other.id] = position }
+                let positions = numbering
                 renumbered = try self.updateDownloads(ids: others.map(\.id)) { row in
                     row.queueRank = Double(positions[row.id!]!) * 2
                     return true

@@ -4,44 +4,91 @@ import HaulStore
 
 /// Every write of a download goes through here: the store first (the durable copy), then the
 /// in-memory ``DownloadIndex`` that lists and counts are answered from. Called on `work`.
+///
+/// Inside a drain of the inbox the writes join its batch, and each is also remembered: should
+/// the store refuse the batch's commit, they are written again one by one, in order
+/// (`DownloadQueue+Inbox`), which is what they were before batches.
 extension DownloadQueue {
-    func insertDownloads(_ rows: [StoredDownload]) throws -> [StoredDownload] {
-        let inserted = try self.store.insert(rows)
+    /// A store write that succeeded inside a drain's batch, to write again on its own if the
+    /// batch is not saved. `redo` answers whether the write still holds (a claim can find the
+    /// download taken meanwhile).
+    struct Replay {
+        var ids: [Int64]
+        var redo: @Sendable () throws -> Bool
+    }
+
+    /// Runs `write` now and, inside a drain's batch, remembers it for a replay.
+    func recorded<T>(
+        _ ids: [Int64],
+        holds: @escaping @Sendable (T) -> Bool = { _ in true },
+        _ write: @escaping @Sendable () throws -> T
+    ) throws -> T {
+        let result = try write()
         self.state.withLock { state in
-            for row in inserted { state.index.put(row.info) }
+            state.effects?.replays.append(Replay(ids: ids, redo: { holds(try write()) }))
         }
-        return inserted
+        return result
+    }
+
+    func insertDownloads(_ rows: [StoredDownload]) throws -> [StoredDownload] {
+        try self.recorded(rows.compactMap(\.id)) {
+            let inserted = try self.store.insert(rows)
+            self.state.withLock { state in
+                for row in inserted { state.index.put(row.info) }
+            }
+            return inserted
+        }
     }
 
     /// Changes one download under the store's write lock; `nil` when there is none.
     @discardableResult
-    func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
-        let updated = try self.store.updateDownload(id: id, change)
-        if let updated { self.state.withLock { $0.saved(updated) } }
-        return updated
+    func updateDownload(id: Int64, _ change: @escaping @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        try self.recorded([id]) {
+            let updated = try self.store.updateDownload(id: id, change)
+            if let updated { self.state.withLock { $0.saved(updated) } }
+            return updated
+        }
     }
 
     /// Changes a download this daemon runs, under its lease (refused with ``QueueLeaseLost``
     /// when another daemon of the fleet holds it now); with `release`, the lease goes too.
     @discardableResult
-    func updateDownload(id: Int64, lease: QueueLease, release: Bool = false, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
-        let updated = try self.store.updateDownload(id: id, lease: lease, release: release, change)
-        if let updated { self.state.withLock { $0.saved(updated) } }
-        return updated
+    func updateDownload(
+        id: Int64,
+        lease: QueueLease,
+        release: Bool = false,
+        _ change: @escaping @Sendable (inout StoredDownload) throws -> Void
+    ) throws -> StoredDownload? {
+        try self.recorded([id]) {
+            let updated = try self.store.updateDownload(id: id, lease: lease, release: release, change)
+            if let updated { self.state.withLock { $0.saved(updated) } }
+            return updated
+        }
     }
 
     /// Changes many downloads in one transaction; `change` says whether it changed the row.
-    func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
-        let changed = try self.store.updateDownloads(ids: ids, change)
-        self.state.withLock { state in
-            for row in changed { state.saved(row) }
+    func updateDownloads(ids: [Int64], _ change: @escaping @Sendable (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
+        try self.recorded(ids) {
+            let changed = try self.store.updateDownloads(ids: ids, change)
+            self.state.withLock { state in
+                for row in changed { state.saved(row) }
+            }
+            return changed
         }
-        return changed
+    }
+
+    /// Claims waiting download `claim.downloadID` for this daemon (see ``QueueStore/claim(_:_:)``).
+    func claimDownload(_ claim: QueueClaim, _ change: @escaping @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
+        try self.recorded([claim.downloadID], holds: { if case .claimed = $0 { true } else { false } }) {
+            try self.store.claim(claim, change)
+        }
     }
 
     func deleteDownload(id: Int64) throws {
-        try self.store.deleteDownload(id: id)
-        self.state.withLock { $0.index.remove(id: id) }
+        try self.recorded([id]) {
+            try self.store.deleteDownload(id: id)
+            self.state.withLock { $0.index.remove(id: id) }
+        }
     }
 
     /// Deletes finished, failed and removed downloads; returns their ids. The bytes a failed

@@ -108,7 +108,7 @@ extension DownloadQueue {
         let sentAt = TransferCore.monotonicNow()
         let outcome: QueueClaimOutcome
         do {
-            outcome = try self.store.claim(claim) { download in
+            outcome = try self.claimDownload(claim) { download in
                 let name = download.fileName ?? FileNaming.suggestedFilename(contentDisposition: nil, url: download.url)
                 let partial = download.partialPath ?? (download.directory as NSString).appendingPathComponent("\(name).\(id).haul-part")
                 var resumable = download.resumePoint
@@ -286,7 +286,7 @@ extension DownloadQueue {
             switch intent {
             case .remove(let deleteRow):
                 try self.discard(id, partialPath: partialPath, deleteRow: deleteRow)
-                _ = try? self.store.updateDownload(id: id, lease: lease, release: true) { _ in }
+                _ = try? self.updateDownload(id: id, lease: lease, release: true) { _ in }
             case .pause, .requeue, .shutdown:
                 self.syncIfMapped(id, point)
                 let url = transfer.currentURL

@@ -2,7 +2,9 @@ import Crypto
 import Foundation
 import HaulCore
 import HaulDaemon
+import HaulStore
 import HaulTestSupport
+import Synchronization
 import Testing
 
 @Suite("Download queue in the daemon", .serialized)
@@ -161,6 +163,65 @@ struct DownloadQueueTests {
         #expect(failed.errorMessage == "the server answered 404")
         #expect(harness.files() == ["mirrored.bin"], "no file and no error page is left for the 404: \(harness.files())")
         #expect(failed.path == nil)
+        await harness.close()
+    }
+
+    @Test("A batch the store cannot commit is written again change by change: every download completes once; nobody hears of a change that was not saved")
+    func failedBatchIsReplayed() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        // The first claim of download 3 made outside a batch (its replay) fails too: that
+        // download's run must not start on a claim that was never saved.
+        let flaky = Mutex<FlakyBatchStore?>(nil)
+        let harness = try QueueHarness(store: { inner in
+            let store = FlakyBatchStore(inner, failingClaims: [3]) { [2, 3, 5, 8].contains($0) }
+            flaky.withLock { $0 = store }
+            return store
+        })
+        let store = try #require(flaky.withLock { $0 })
+        _ = try await harness.queue.set("max-concurrent", to: "1")
+        var ids: [Int64] = []
+        for index in 0..<8 {
+            ids.append(try await harness.queue.add(
+                urls: [server.url("/file/r\(index).bin?size=\(20_000 + index)&seed=\(index)")],
+                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+            ).id)
+        }
+        for id in ids { _ = try await harness.wait(for: id, .complete) }
+        #expect(store.counts.withLock { $0.failed } == 4, "the injected failures happened")
+        #expect(store.failingClaims.withLock { $0.isEmpty }, "the replayed claim of download 3 was refused")
+        for (index, id) in ids.enumerated() {
+            let info = try await harness.queue.download(id: id)
+            #expect(info.path == harness.downloads.appendingPathComponent("r\(index).bin").path)
+            #expect(try TestContent.sha256Hex(ofFileAt: info.path!) == TestContent.sha256Hex(size: Int64(20_000 + index), seed: UInt64(index)))
+            #expect(server.bodyBytesSent(forKey: "r\(index).bin") == Int64(20_000 + index), "fetched once")
+            let completions = harness.published.filter { if case .changed(let changed) = $0 { changed.id == id && changed.state == .complete } else { false } }
+            #expect(completions.count == 1)
+        }
+        #expect(harness.files() == (0..<8).map { "r\($0).bin" }, "no second copy, nothing partial")
+        // The store holds what was announced.
+        let reopened = try TransferStore.open(path: harness.storePath)
+        for id in ids { #expect(try reopened.download(id: id)?.state == .complete) }
+        await harness.close()
+    }
+
+    @Test("A finished download whose end cannot be saved at all waits and runs again; it never stays active with nothing running it")
+    func unsavedEndRunsAgain() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        // Batch 2 holds download 1's end; its replay fails too.
+        let harness = try QueueHarness(store: { FlakyBatchStore($0, failingUpdates: [1]) { $0 == 2 } })
+        _ = try await harness.queue.set("max-concurrent", to: "1")
+        let first = try await harness.queue.add(
+            urls: [server.url("/file/u.bin?size=30000&seed=1")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        let second = try await harness.queue.add(
+            urls: [server.url("/file/v.bin?size=30000&seed=2")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        #expect(first.id == 1)
+        let done = try await harness.wait(for: first.id, .complete)
+        _ = try await harness.wait(for: second.id, .complete)
+        #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: 30_000, seed: 1))
+        #expect(server.bodyBytesSent(forKey: "u.bin") == 60_000, "fetched again")
+        #expect(!harness.files().contains { $0.hasSuffix(".haul-part") })
         await harness.close()
     }
 

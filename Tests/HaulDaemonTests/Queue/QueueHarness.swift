@@ -18,7 +18,11 @@ final class QueueHarness: Sendable {
     let peakActive = Mutex(0)
     private let activeNow = Mutex<Set<Int64>>([])
 
-    init(root: URL? = nil, configure: (inout DownloadQueue.Configuration) -> Void = { _ in }) throws {
+    init(
+        root: URL? = nil,
+        store makeStore: (TransferStore) -> any QueueStore = { $0 },
+        configure: (inout DownloadQueue.Configuration) -> Void = { _ in }
+    ) throws {
         let root = root ?? FileManager.default.temporaryDirectory.appendingPathComponent("haul-queue-\(UUID().uuidString)")
         self.root = root
         self.downloads = root.appendingPathComponent("downloads")
@@ -32,7 +36,7 @@ final class QueueHarness: Sendable {
         var coreConfiguration = TransferCore.Configuration()
         coreConfiguration.idleTimeout = .seconds(5)
         self.core = TransferCore(limits: .init(QueueSettings(defaultDirectory: "/")), configuration: coreConfiguration, logger: logger)
-        self.queue = try DownloadQueue(store: try TransferStore.open(path: self.storePath), core: self.core, configuration: configuration, logger: logger)
+        self.queue = try DownloadQueue(store: makeStore(try TransferStore.open(path: self.storePath)), core: self.core, configuration: configuration, logger: logger)
         _ = self.queue.subscribe { [weak self] change in
             guard let self else { return }
             self.changes.withLock { $0.append(change) }
@@ -85,4 +89,80 @@ final class QueueHarness: Sendable {
 struct QueueTestError: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
+}
+
+/// The embedded store, whose batches fail to commit when `failing` says so (by number, from
+/// 1): the batch's body runs in a real transaction that is then rolled back, as SQLite does
+/// when a commit fails. Everything else is the embedded store's.
+final class FlakyBatchStore: QueueStore {
+    let inner: TransferStore
+    let failing: @Sendable (Int) -> Bool
+    /// Batches begun, and those made to fail.
+    let counts = Mutex((batches: 0, failed: 0))
+    /// Downloads whose next claim outside a batch (a replay) fails once.
+    let failingClaims: Mutex<Set<Int64>>
+    /// Downloads whose next change under a lease outside a batch (a replay) fails once.
+    let failingUpdates: Mutex<Set<Int64>>
+    private let inBatch = Mutex(false)
+
+    struct CommitFailed: Error, CustomStringConvertible {
+        var description: String { "disk I/O error (injected)" }
+    }
+
+    init(_ inner: TransferStore, failingClaims: Set<Int64> = [], failingUpdates: Set<Int64> = [], failing: @escaping @Sendable (Int) -> Bool) {
+        self.inner = inner
+        self.failing = failing
+        self.failingClaims = Mutex(failingClaims)
+        self.failingUpdates = Mutex(failingUpdates)
+    }
+
+    func batch<T>(_ body: () throws -> T) throws -> T {
+        let number = self.counts.withLock { counts in
+            counts.batches += 1
+            return counts.batches
+        }
+        self.inBatch.withLock { $0 = true }
+        defer { self.inBatch.withLock { $0 = false } }
+        guard self.failing(number) else { return try self.inner.batch(body) }
+        self.counts.withLock { $0.failed += 1 }
+        return try self.inner.batch {
+            _ = try body()
+            throw CommitFailed()
+        }
+    }
+
+    var storeDescription: String { self.inner.storeDescription }
+    var isShared: Bool { self.inner.isShared }
+    func download(id: Int64) throws -> StoredDownload? { try self.inner.download(id: id) }
+    func forEachDownload(_ body: (StoredDownload) throws -> Void) throws { try self.inner.forEachDownload(body) }
+    func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        try self.inner.updateDownload(id: id, change)
+    }
+    func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        if !self.inBatch.withLock({ $0 }), self.failingUpdates.withLock({ $0.remove(id) != nil }) { throw CommitFailed() }
+        return try self.inner.updateDownload(id: id, lease: lease, release: release, change)
+    }
+    func confirmLease(id: Int64, lease: QueueLease) throws { try self.inner.confirmLease(id: id, lease: lease) }
+    func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
+        if !self.inBatch.withLock({ $0 }), self.failingClaims.withLock({ $0.remove(claim.downloadID) != nil }) { throw CommitFailed() }
+        return try self.inner.claim(claim, change)
+    }
+    func renewLeases(_ leases: [Int64: QueueLease], seconds: Double) throws -> Set<Int64> { try self.inner.renewLeases(leases, seconds: seconds) }
+    func reclaimExpiredLeases() throws -> [(download: StoredDownload, previousHolder: String)] { try self.inner.reclaimExpiredLeases() }
+    func heartbeat(daemon: String, pid: Int32, startedAt: Date, liveSeconds: Double) throws -> [DaemonPresence] {
+        try self.inner.heartbeat(daemon: daemon, pid: pid, startedAt: startedAt, liveSeconds: liveSeconds)
+    }
+    func leave(daemon: String) throws { try self.inner.leave(daemon: daemon) }
+    func observeChanges(_ handler: @escaping @Sendable (QueueStoreChange) -> Void) -> (any QueueStoreObservation)? {
+        self.inner.observeChanges(handler)
+    }
+    func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
+        try self.inner.updateDownloads(ids: ids, change)
+    }
+    func insert(_ downloads: [StoredDownload]) throws -> [StoredDownload] { try self.inner.insert(downloads) }
+    func reviveInterruptedDownloads(of daemon: String) throws { try self.inner.reviveInterruptedDownloads(of: daemon) }
+    func purgeFinishedDownloads() throws -> Int { try self.inner.purgeFinishedDownloads() }
+    func deleteDownload(id: Int64) throws { try self.inner.deleteDownload(id: id) }
+    func queueSettings() throws -> QueueSettings? { try self.inner.queueSettings() }
+    func save(_ settings: QueueSettings) throws { try self.inner.save(settings) }
 }
