@@ -124,6 +124,8 @@ let package = Package(
             dependencies: [
                 "HaulCore",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                // Rows of downloads are read straight off SQLite's statement (see StoredDownload).
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

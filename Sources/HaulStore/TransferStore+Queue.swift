@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import HaulCore
 
 /// The download manager's part of the store: queued downloads (kept as history until purged)
@@ -67,8 +68,8 @@ extension TransferStore {
     /// 10,000 downloads never holds them all at once).
     public func forEachDownload(_ body: (StoredDownload) throws -> Void) throws {
         try self.read { db in
-            let rows = try StoredDownload.order(StoredDownload.Columns.id).fetchCursor(db)
-            while let row = try rows.next() { try body(row) }
+            let statement = try db.makeStatement(sql: "SELECT \(StoredDownload.selectedColumns) FROM \(StoredDownload.databaseTableName) ORDER BY id")
+            try Self.forEachRow(of: statement, db) { try body($0) }
         }
     }
 
@@ -76,7 +77,7 @@ extension TransferStore {
     /// Returns the saved row, or `nil` when there is no such download.
     @discardableResult
     public func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
-        try self.write { db in
+        try self.write(oneStatement: true) { db in
             guard var download = try Self.fetchDownload(db, id: id) else { return nil }
             let original = download
             try change(&download)
@@ -160,10 +161,28 @@ extension TransferStore {
     // One download by id, through a statement prepared once per connection (the query
     // interface builds and authorizes its SQL on every call: a tenth of a busy queue's CPU).
     static func fetchDownload(_ db: Database, id: Int64) throws -> StoredDownload? {
-        try StoredDownload.fetchOne(
-            db.cachedStatement(sql: "SELECT \(StoredDownload.selectedColumns) FROM \(StoredDownload.databaseTableName) WHERE id = ?"),
-            arguments: [id]
-        )
+        let statement = try db.cachedStatement(sql: "SELECT \(StoredDownload.selectedColumns) FROM \(StoredDownload.databaseTableName) WHERE id = ?")
+        try statement.setArguments([id])
+        var found: StoredDownload?
+        try Self.forEachRow(of: statement, db) { found = $0 }
+        return found
+    }
+
+    /// Steps `statement` (its arguments set) over its rows of downloads, read off SQLite
+    /// (``StoredDownload/init(statement:)``), and resets it.
+    static func forEachRow(of statement: Statement, _ db: Database, _ body: (StoredDownload) throws -> Void) throws {
+        let sqlite = statement.sqliteStatement
+        defer { sqlite3_reset(sqlite) }
+        while true {
+            switch sqlite3_step(sqlite) {
+            case SQLITE_ROW:
+                try body(StoredDownload(statement: sqlite))
+            case SQLITE_DONE:
+                return
+            case let code:
+                throw DatabaseError(resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(db.sqliteConnection)), sql: statement.sql)
+            }
+        }
     }
 
     /// Saves the columns of a download (that has an id) that differ from `original`, the row as

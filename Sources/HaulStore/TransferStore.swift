@@ -91,14 +91,19 @@ public struct TransferStore: Sendable {
     /// A read of the queue's rows: inside a ``batch(_:)`` of this thread, on its transaction
     /// (it sees the batch's own writes); otherwise a read transaction of its own.
     package func read<T>(_ body: (Database) throws -> T) throws -> T {
-        if let db = self.openBatch { return try body(db) }
+        if let db = try self.intactBatch() { return try body(db) }
         return try self.writer.read(body)
     }
 
     /// A change of the queue's rows, all or nothing: inside a ``batch(_:)`` of this thread, a
     /// savepoint of its transaction; otherwise a transaction of its own.
-    func write<T>(_ body: (Database) throws -> T) throws -> T {
-        guard let db = self.openBatch else { return try self.writer.write(body) }
+    ///
+    /// `oneStatement`: `body` writes with a single statement (after any reads), which SQLite
+    /// applies whole or not at all by itself: inside a batch it needs no savepoint (two more
+    /// statements, parsed each time, per change).
+    func write<T>(oneStatement: Bool = false, _ body: (Database) throws -> T) throws -> T {
+        guard let db = try self.intactBatch() else { return try self.writer.write(body) }
+        if oneStatement { return try body(db) }
         var result: T?
         try db.inSavepoint {
             result = try body(db)
@@ -130,6 +135,19 @@ public struct TransferStore: Sendable {
                 try body()
             }
         }
+    }
+
+    /// The transaction of a batch open on this thread for this store's database, if any.
+    ///
+    /// - Throws: when SQLite rolled that transaction back on its own (it may, on a full disk or
+    ///   an I/O error): later calls would otherwise write outside of it, each saved at once,
+    ///   while the batch's commit fails and its writes are made again.
+    private func intactBatch() throws -> Database? {
+        guard let db = self.openBatch else { return nil }
+        guard db.isInsideTransaction else {
+            throw DatabaseError(message: "the batch's transaction was rolled back after an earlier error; nothing more is written in it")
+        }
+        return db
     }
 
     /// The transaction of a batch open on this thread for this store's database, if any.

@@ -192,6 +192,8 @@ public final class FaultInjectingHTTPServer: Sendable {
 
     /// The most connections that were open at once.
     public var peakOpenConnections: Int { self.state.withLock { $0.peakOpenConnections } }
+    /// Connections open now.
+    public var openConnections: Int { self.state.withLock { $0.openConnections } }
 
     func record(_ request: RecordedRequest) {
         self.state.withLock { $0.requests.append(request) }

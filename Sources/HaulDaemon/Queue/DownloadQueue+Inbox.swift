@@ -17,6 +17,13 @@ extension DownloadQueue {
         case start(TransferScheduler.Entry)
         /// Its run ended with this outcome.
         case ended(Int64, TransferOutcome)
+
+        var downloadID: Int64 {
+            switch self {
+            case .start(let entry): entry.id.number
+            case .ended(let id, _): id
+            }
+        }
     }
 
     /// What one drain of the inbox collects while its batch is open.
@@ -91,7 +98,7 @@ extension DownloadQueue {
             for change in effects.changes { self.publish(change) }
             for (id, run) in effects.runs { self.launch(id, run) }
         } else {
-            self.recover(effects)
+            self.recover(effects, handled: Set(handled.map(\.downloadID)))
         }
     }
 
@@ -121,8 +128,10 @@ extension DownloadQueue {
     /// made again one by one, in order, each its own transaction as they were before batches.
     /// A download whose write still fails (or whose claim no longer holds) loses what came
     /// after it in the batch: its run does not start, and it is read back from the store, so
-    /// lists and the scheduler follow the durable row; nobody hears of the lost change.
-    private func recover(_ effects: DrainEffects) {
+    /// lists and the scheduler follow the durable row; nobody hears of the lost change. So is
+    /// every download of the drain left active in the store with nothing running it (a write
+    /// that failed inside the batch, whose handler gave up on it).
+    private func recover(_ effects: DrainEffects, handled: Set<Int64>) {
         var lost: Set<Int64> = []
         for replay in effects.replays where lost.isDisjoint(with: replay.ids) {
             do {
@@ -146,13 +155,15 @@ extension DownloadQueue {
             }
         }
         var ready: [TransferScheduler.Entry] = []
-        for id in lost.sorted() {
+        for id in handled.union(lost).sorted() {
             guard var row = try? self.store.download(id: id) else {
-                self.state.withLock { $0.index.remove(id: id) }
+                if lost.contains(id) { self.state.withLock { $0.index.remove(id: id) } }
                 continue
             }
             let running = self.state.withLock { $0.running[id] != nil }
-            if row.state == .active, !running, row.runner == nil || row.runner == self.configuration.daemonName {
+            let stranded = row.state == .active && !running
+            guard lost.contains(id) || stranded else { continue }
+            if stranded, row.runner == nil || row.runner == self.configuration.daemonName {
                 // Its run ended and how was not saved: it waits again rather than stay active
                 // with nothing running it (a file it had placed stays, the next gets a number).
                 if let waiting = try? self.store.updateDownload(id: id, { if $0.state == .active { $0.state = .waiting } }) { row = waiting }
