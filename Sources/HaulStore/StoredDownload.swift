@@ -150,9 +150,15 @@ public struct StoredDownload: Codable, Sendable, Hashable, MutablePersistableRec
             self.isNull(index) ? nil : sqlite3_column_double(self.statement, index)
         }
 
-        /// Dates as GRDB writes and reads them (`yyyy-MM-dd HH:mm:ss.SSS`, UTC).
+        /// Dates as the store writes them (`yyyy-MM-dd HH:mm:ss.SSS`, UTC), read without a
+        /// calendar; any other form GRDB reads as a date is read by GRDB.
         func date(_ index: CInt) -> Date? {
-            self.isNull(index) ? nil : Date.fromDatabaseValue(DatabaseValue(sqliteStatement: self.statement, index: index))
+            guard !self.isNull(index) else { return nil }
+            if sqlite3_column_type(self.statement, index) == SQLITE_TEXT, let text = sqlite3_column_text(self.statement, index) {
+                let length = Int(sqlite3_column_bytes(self.statement, index))
+                if let date = UTCTimestamp.parseStored(UnsafeBufferPointer(start: text, count: length)) { return date }
+            }
+            return Date.fromDatabaseValue(DatabaseValue(sqliteStatement: self.statement, index: index))
         }
     }
 

@@ -28,9 +28,12 @@ struct MirrorGetTests {
         let fromB = b.bodyBytesSent(forKey: "m.bin")
         // Equal servers share the work (each at least a quarter).
         #expect(fromA > Self.size / 4 && fromB > Self.size / 4, "primary sent \(fromA), mirror \(fromB)")
-        // Copies of slow tails (end game) are all that is sent twice; a loaded test run makes
-        // lanes look slow more often.
-        #expect(fromA + fromB <= Self.size + (4 << 20), "sent \(fromA + fromB) for \(Self.size)")
+        // Copies of slow tails (end game) are all that is sent twice. A lane is copied only when
+        // it can no longer be split (its rest is under two 1 MiB segments), by one of the other
+        // three connections (two per server) at a time: the bound allows three such copies
+        // (a loaded test run makes lanes look slow, so copies happen; a range fetched again
+        // whole, or a restart, would exceed it).
+        #expect(fromA + fromB <= Self.size + 3 * (2 << 20), "sent \(fromA + fromB) for \(Self.size)")
         // The mirror's first request is a plain range; later ones carry its own validator.
         let mirrorRanges = b.requests.compactMap { $0.header("Range") }
         #expect(!mirrorRanges.isEmpty)

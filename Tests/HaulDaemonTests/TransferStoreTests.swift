@@ -226,4 +226,30 @@ struct TransferStoreTests {
         let error = #expect(throws: DatabaseError.self) { try store.download(id: id) }
         #expect(error?.message?.contains("download \(id): unreadable urls column") == true)
     }
+
+    @Test("Stored dates are read without a calendar, as GRDB reads them; other forms GRDB accepts still read")
+    func storedDates() throws {
+        for seconds in [0, 0.5, 951_782_400.001 /* 29 Feb 2000 */, 1_763_900_000.9876, 4_102_444_799.999] as [Double] {
+            let date = Date(timeIntervalSince1970: seconds)
+            let text = String.fromDatabaseValue(date.databaseValue)!
+            let parsed = try #require(text.utf8.withContiguousStorageIfAvailable { UTCTimestamp.parseStored($0) } ?? nil)
+            let grdb = try #require(Date.fromDatabaseValue(text.databaseValue))
+            #expect(abs(parsed.timeIntervalSince1970 - grdb.timeIntervalSince1970) < 0.000_001, "\(text)")
+            #expect(String.fromDatabaseValue(parsed.databaseValue) == text, "written back the same")
+        }
+        for bad in ["2023-02-29 00:00:00.000", "2023-11-14 24:00:00.000", "2023-11-14T22:13:20.000", "2023-11-14 22:13:20", "2023-11-14 22:13:2x.000"] {
+            #expect(bad.utf8.withContiguousStorageIfAvailable { UTCTimestamp.parseStored($0) } ?? nil == nil, "\(bad)")
+        }
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("store-\(UUID().uuidString).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
+        let store = try TransferStore.open(path: path)
+        let row = StoredDownload(urls: [URL(string: "http://127.0.0.1/a")!], directory: "/d", requestedName: nil, checksum: nil, priority: 0, speedLimit: 0)
+        let id = try store.insert([row])[0].id!
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "UPDATE queuedDownload SET createdAt = '2025-11-23 12:13:20', startedAt = '2025-11-23' WHERE id = ?", arguments: [id])
+        }
+        let read = try #require(try store.download(id: id))
+        #expect(read.createdAt == Date(timeIntervalSince1970: 1_763_900_000))
+        #expect(read.startedAt == Date(timeIntervalSince1970: 1_763_856_000))
+    }
 }

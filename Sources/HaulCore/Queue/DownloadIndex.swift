@@ -12,11 +12,18 @@ public struct DownloadIndex: Sendable {
     public struct Entry: Sendable {
         public var id: Int64
         public var state: QueuedDownloadState
-        /// File name and URLs, lowercased, for ``QueuePage/search``.
-        var searchText: String
-        public var record: DownloadRecord
+        /// File name and URLs, lowercased, for ``QueuePage/search``; `nil` when put without
+        /// (see ``DownloadIndex/put(_:prepared:)``).
+        var preparedSearchText: String?
+        /// The JSON record as written when put; `nil` when put without.
+        var preparedRecord: DownloadRecord?
         /// The download as the record says it (for answers in other shapes: the RPC's status).
         public var info: QueuedDownloadInfo
+
+        /// The download's JSON record for lists.
+        public var record: DownloadRecord { self.preparedRecord ?? DownloadRecord(self.info) }
+
+        var searchText: String { self.preparedSearchText ?? DownloadIndex.searchText(self.info) }
     }
 
     public private(set) var entries: [Entry] = []
@@ -28,9 +35,19 @@ public struct DownloadIndex: Sendable {
 
     public var count: Int { self.entries.count }
 
-    /// Adds `info` or replaces the entry with its id.
-    public mutating func put(_ info: QueuedDownloadInfo) {
-        let entry = Entry(id: info.id, state: info.state, searchText: Self.searchText(info), record: DownloadRecord(info), info: info)
+    /// Adds `info` or replaces the entry with its id. With `prepared`, its JSON record and
+    /// search text are made now, once for every list that shows it; without, on each request:
+    /// for a running download, whose row changes as it starts and checkpoints while lists show
+    /// its live numbers instead (a record and a lowercased search text per change, for
+    /// nothing).
+    public mutating func put(_ info: QueuedDownloadInfo, prepared: Bool = true) {
+        let entry = Entry(
+            id: info.id,
+            state: info.state,
+            preparedSearchText: prepared ? Self.searchText(info) : nil,
+            preparedRecord: prepared ? DownloadRecord(info) : nil,
+            info: info
+        )
         self.counts[entry.state, default: 0] += 1
         if !info.gid.isEmpty { self.gids[info.gid] = info.id }
         if let last = self.entries.last, last.id >= info.id {
@@ -170,7 +187,7 @@ public struct DownloadIndex: Sendable {
         return low
     }
 
-    private static func searchText(_ info: QueuedDownloadInfo) -> String {
+    static func searchText(_ info: QueuedDownloadInfo) -> String {
         ([info.fileName ?? ""] + info.urls.map(\.absoluteString)).joined(separator: "\n").lowercased()
     }
 }

@@ -104,9 +104,12 @@ extension DownloadQueue {
 }
 
 extension DownloadQueue.State {
-    /// A saved row replaces the index's entry and a running download's copy.
+    /// A saved row replaces the index's entry and a running download's copy. A running
+    /// download's entry is put without its record (lists show its live numbers); the row saved
+    /// as it stops running is put with one.
     mutating func saved(_ row: StoredDownload) {
-        self.index.put(row.info)
-        if let id = row.id, self.running[id] != nil { self.running[id]!.stored = row }
+        guard let id = row.id, self.running[id] != nil else { return self.index.put(row.info) }
+        self.index.put(row.info, prepared: false)
+        self.running[id]!.stored = row
     }
 }

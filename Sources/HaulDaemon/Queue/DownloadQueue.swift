@@ -180,8 +180,11 @@ public final class DownloadQueue: TransferOwner, Sendable {
     }
 
     /// Tells every subscriber about `change`: at once, or (during a drain of the inbox) once the
-    /// drain's batch is saved, so that nobody hears of a change the store may not keep.
-    func publish(_ change: QueueChange) {
+    /// drain's batch is saved, so that nobody hears of a change the store may not keep. With
+    /// nobody subscribed, `change` is not even made (a download's info with its live numbers).
+    func publish(_ change: @autoclosure () -> QueueChange) {
+        guard self.state.withLock({ !$0.subscribers.isEmpty }) else { return }
+        let change = change()
         let handlers = self.state.withLock { state -> [@Sendable (QueueChange) -> Void] in
             if state.effects != nil {
                 state.effects!.changes.append(change)
