@@ -96,7 +96,7 @@ extension DownloadQueue {
         }
         if saved {
             for change in effects.changes { self.publish(change) }
-            for (id, run) in effects.runs { self.launch(id, run) }
+            self.launch(effects.runs)
         } else {
             self.recover(effects, handled: Set(handled.map(\.downloadID)))
         }
@@ -179,6 +179,25 @@ extension DownloadQueue {
     /// Starts `run` of download `id`; its end comes back through the inbox.
     func launch(_ id: Int64, _ run: TransferRun) {
         run.start { outcome in self.post([.ended(id, outcome)]) }
+    }
+
+    /// Starts a drain's runs from the engine's event loop: one wake-up of the loop for all of
+    /// them (each run's task, started from its own loop, is queued there without another).
+    private func launch(_ runs: [(id: Int64, run: TransferRun)]) {
+        switch runs.count {
+        case 0: return
+        case 1: self.launch(runs[0].id, runs[0].run)
+        default:
+            let runs = runs.map { LaunchItem(id: $0.id, run: $0.run) }
+            self.core.engine.eventLoop.execute {
+                for item in runs { self.launch(item.id, item.run) }
+            }
+        }
+    }
+
+    private struct LaunchItem: Sendable {
+        var id: Int64
+        var run: TransferRun
     }
 
     /// Starts the run now, or after the drain's batch is saved when one is open.
