@@ -51,7 +51,8 @@ extension DownloadQueue {
         if schedule { self.work.async { self.drainInbox() } }
     }
 
-    /// Handles everything in the inbox in one store batch, then applies what it owes (on `work`).
+    /// Handles everything in the inbox in one store batch, then publishes its changes and starts
+    /// its runs (on `work`).
     ///
     /// The slots the events free are refilled inside the same batch: the core decides on this
     /// thread (``TransferCore/endedAndReady(_:_:startingFor:)``) and the downloads it starts are
@@ -210,7 +211,8 @@ extension DownloadQueue {
         if !deferred { self.launch(id, run) }
     }
 
-    /// Download `id`'s slot in the core is free (now, or once the drain's batch is saved).
+    /// Download `id`'s slot in the core is free: at once, or, during a drain, when the drain's
+    /// round of events is handled (the core refills it in the same batch).
     func freeSlot(_ id: Int64) {
         let deferred = self.state.withLock { state -> Bool in
             guard state.effects != nil else { return false }
@@ -220,7 +222,7 @@ extension DownloadQueue {
         if !deferred { self.core.ended(TransferID(.queue, id)) }
     }
 
-    /// `entry` waits for a slot again (now, or once the drain's batch is saved).
+    /// `entry` waits for a slot again: at once, or, during a drain, with the round's freed slots.
     func makeReady(_ entry: TransferScheduler.Entry) {
         let deferred = self.state.withLock { state -> Bool in
             guard state.effects != nil else { return false }
