@@ -41,8 +41,13 @@ extension DownloadQueue {
                 // A segmented download's map is read first, then the bytes it names go to the
                 // disk: the map recorded never claims bytes that are only in the page cache.
                 let map = transfer.segmentMap()
+                // A checkpoint points at the partial file by its name: an unnamed one gets it.
+                guard running.run.nameFile() else {
+                    self.logger.error("checkpoint of download \(id) skipped: its partial file cannot be named")
+                    return
+                }
                 // Bytes are recorded as safe only once they are on the disk, not in the page cache.
-                if let partial = try self.store.download(id: id)?.partialPath { PartialFile.syncData(atPath: partial) }
+                if let partial = running.stored.partialPath { PartialFile.syncData(atPath: partial) }
                 let checkpoint = transfer.takeCheckpoint(map: map)
                 try self.updateDownload(id: id, lease: lease) { download in
                     download.record(checkpoint.point, currentURL: checkpoint.currentURL)
@@ -194,6 +199,10 @@ extension DownloadQueue {
             maximumConnections: connections,
             mirrors: mirrors,
             mirrorPolicy: download.checksum != nil ? .verifiedByChecksum : .sameValidators,
+            // A fresh download's file has no name until a checkpoint needs one or the run
+            // stops with bytes to keep; a small one is linked straight into place when done
+            // (no directory lock to create it, no rename, its body written on the loop).
+            opensUnnamedFile: true,
             observer: transfer
         )
         self.state.withLock {
@@ -238,8 +247,13 @@ extension DownloadQueue {
             let url = response.url
             let disposition = response.headers["Content-Disposition"]
             guard running.stored.checksum == nil else {
-                // Verifying a checksum reads the whole file: off the serial queue, the slot
-                // stays taken.
+                // The checksum is read from the file by its name; reading the whole file is
+                // done off the serial queue, the slot stays taken.
+                guard running.run.nameFile() else {
+                    let verdict = Verdict(message: "cannot name the partial file \(running.stored.partialPath ?? "") to verify its checksum")
+                    self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict, row: running.stored)
+                    return
+                }
                 DispatchQueue.global().async {
                     let verdict = self.verify(try? self.store.download(id: id), total: total)
                     self.work.async { self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict) }
@@ -250,7 +264,9 @@ extension DownloadQueue {
             // thread hops per file, on the row as last saved (every write of it keeps the
             // running copy; in a fleet, so do other daemons' changes).
             let row = running.stored
-            self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: self.verify(row, total: total), row: row)
+            let unnamed = running.run.takeUnnamedFile()
+            let verdict = self.verify(row, total: total, unnamed: unnamed)
+            self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict, row: row, unnamed: unnamed)
             return
         case .completed(let response, _):
             let error = URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "the server answered \(response.statusCode)"])
@@ -382,11 +398,11 @@ extension DownloadQueue {
 
     /// Whether the finished partial file of `download` (as read from the store) is the
     /// server's entity of `total` bytes, and matches its checksum if it has one.
-    private func verify(_ download: StoredDownload?, total: Int64) -> Verdict? {
+    private func verify(_ download: StoredDownload?, total: Int64, unnamed: PartialFile? = nil) -> Verdict? {
         guard let download, let partial = download.partialPath else {
             return Verdict(message: "the download's record is gone")
         }
-        guard let size = PartialFileSize.of(partial) else { return Verdict(message: "the partial file \(partial) is gone") }
+        guard let size = unnamed.map({ $0.size }) ?? PartialFileSize.of(partial) else { return Verdict(message: "the partial file \(partial) is gone") }
         guard size == total else { return Verdict(message: "the file has \(size) bytes but the server's entity has \(total)") }
         guard let checksum = download.checksum else { return nil }
         do {
@@ -403,10 +419,24 @@ extension DownloadQueue {
 
     /// Records how download `id` ended after its body was verified; `row`: the download as
     /// read on this queue just before (otherwise read here).
-    private func finish(_ id: Int64, transfer: TrackedTransfer, lease: QueueLease, total: Int64, url: URL, disposition: String?, verdict: Verdict?, row: StoredDownload? = nil) {
+    private func finish(
+        _ id: Int64,
+        transfer: TrackedTransfer,
+        lease: QueueLease,
+        total: Int64,
+        url: URL,
+        disposition: String?,
+        verdict: Verdict?,
+        row: StoredDownload? = nil,
+        unnamed: PartialFile? = nil
+    ) {
         let running = self.state.withLock { $0.running.removeValue(forKey: id) }
         var completed: StoredDownload?
-        defer { self.ended(id, row: completed) }
+        defer {
+            // The unnamed file is linked into place by now, or its bytes are not wanted.
+            unnamed?.close()
+            self.ended(id, row: completed)
+        }
         do {
             if case .fenced = running?.intent { return }
             guard let download = try row ?? self.store.download(id: id), let partial = download.partialPath else { return }
@@ -454,7 +484,17 @@ extension DownloadQueue {
             try self.store.confirmLease(id: id, lease: lease)
             let finalPath: String
             do {
-                finalPath = try NoOverwriteMove.moveChoosingFreeName(partial, directory: download.directory, name: name)
+                if let unnamed {
+                    do {
+                        finalPath = try NoOverwriteMove.linkChoosingFreeName(unnamed, directory: download.directory, name: name)
+                    } catch {
+                        // The bytes stay on disk under the partial name, as a named file's would.
+                        _ = try? unnamed.link(to: partial)
+                        throw error
+                    }
+                } else {
+                    finalPath = try NoOverwriteMove.moveChoosingFreeName(partial, directory: download.directory, name: name)
+                }
             } catch {
                 let message = "cannot move the finished file into \(download.directory): \(error)"
                 let updated = try self.updateDownload(id: id, lease: lease, release: true) { download in

@@ -169,6 +169,13 @@ package struct PartialFile: Sendable {
         _ = Glibc.close(self.descriptor)
     }
 
+    /// The size of the open file (named or not), or `nil` when the system cannot tell.
+    package var size: Int64? {
+        var info = stat()
+        guard fstat(self.descriptor, &info) == 0 else { return nil }
+        return Int64(info.st_size)
+    }
+
     /// The size of the file at `path`, or `nil` when it does not exist.
     package static func size(at path: String) -> Int64? {
         var info = stat()

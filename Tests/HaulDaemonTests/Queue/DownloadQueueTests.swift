@@ -471,11 +471,12 @@ struct QueueCancelTests {
         let server = try await FaultInjectingHTTPServer.start()
         let harness = try QueueHarness()
         let running = try await harness.queue.add(
-            urls: [server.url("/file/cx.bin?size=3000000&stallAfter=500000&ranges=0")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+            urls: [server.url("/file/cx.bin?size=3000000&rate=400000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
         )
         let active = try await harness.wait(for: running.id) { $0.bytesDone > 100_000 }
         let partial = try #require(active.path)
-        #expect(FileManager.default.fileExists(atPath: partial))
+        // A fresh download's file gets its partial name with its first checkpoint (0.5 s in).
+        #expect(await waitUntilTrue { FileManager.default.fileExists(atPath: partial) })
         try await harness.queue.cancel(id: running.id)
         #expect(await waitUntilTrue { !FileManager.default.fileExists(atPath: partial) })
         let stored = try #require(try harness.queue.store.download(id: running.id))
