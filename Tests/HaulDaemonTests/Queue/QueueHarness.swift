@@ -91,44 +91,65 @@ struct QueueTestError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// The embedded store, whose batches fail to commit when `failing` says so (by number, from
-/// 1): the batch's body runs in a real transaction that is then rolled back, as SQLite does
-/// when a commit fails. Everything else is the embedded store's.
+/// The embedded store, whose batches fail to commit when they hold what the test names: the
+/// first claim of a download in `failClaimBatches`, the first change under a lease of one in
+/// `failUpdateBatches` (a run's end). The batch's body runs in a real transaction that is then
+/// rolled back, as SQLite does when a commit fails. Replays (calls outside a batch) can be made
+/// to fail once per download too. Everything else is the embedded store's.
 final class FlakyBatchStore: QueueStore {
     let inner: TransferStore
-    let failing: @Sendable (Int) -> Bool
-    /// Batches begun, and those made to fail.
-    let counts = Mutex((batches: 0, failed: 0))
+    /// Batches made to fail.
+    let failedBatches = Mutex(0)
+    /// What still fails its batch.
+    private let failClaimBatches: Mutex<Set<Int64>>
+    private let failUpdateBatches: Mutex<Set<Int64>>
     /// Downloads whose next claim outside a batch (a replay) fails once.
     let failingClaims: Mutex<Set<Int64>>
     /// Downloads whose next change under a lease outside a batch (a replay) fails once.
     let failingUpdates: Mutex<Set<Int64>>
     private let inBatch = Mutex(false)
+    private let poisoned = Mutex(false)
 
     struct CommitFailed: Error, CustomStringConvertible {
         var description: String { "disk I/O error (injected)" }
     }
 
-    init(_ inner: TransferStore, failingClaims: Set<Int64> = [], failingUpdates: Set<Int64> = [], failing: @escaping @Sendable (Int) -> Bool) {
+    init(
+        _ inner: TransferStore,
+        failClaimBatches: Set<Int64> = [],
+        failUpdateBatches: Set<Int64> = [],
+        failingClaims: Set<Int64> = [],
+        failingUpdates: Set<Int64> = []
+    ) {
         self.inner = inner
-        self.failing = failing
+        self.failClaimBatches = Mutex(failClaimBatches)
+        self.failUpdateBatches = Mutex(failUpdateBatches)
         self.failingClaims = Mutex(failingClaims)
         self.failingUpdates = Mutex(failingUpdates)
     }
 
     func batch<T>(_ body: () throws -> T) throws -> T {
-        let number = self.counts.withLock { counts in
-            counts.batches += 1
-            return counts.batches
-        }
         self.inBatch.withLock { $0 = true }
+        self.poisoned.withLock { $0 = false }
         defer { self.inBatch.withLock { $0 = false } }
-        guard self.failing(number) else { return try self.inner.batch(body) }
-        self.counts.withLock { $0.failed += 1 }
         return try self.inner.batch {
-            _ = try body()
-            throw CommitFailed()
+            let result = try body()
+            if self.poisoned.withLock({ $0 }) {
+                self.failedBatches.withLock { $0 += 1 }
+                throw CommitFailed()
+            }
+            return result
         }
+    }
+
+    /// Inside a batch: marks it to fail when `id` is still in `set` (once per download).
+    /// Outside: whether this call is to fail (a replay of a download in `replays`, once).
+    private func inject(_ id: Int64, batches set: borrowing Mutex<Set<Int64>>, replays: borrowing Mutex<Set<Int64>>) -> Bool {
+        if self.inBatch.withLock({ $0 }) {
+            if set.withLock({ $0.remove(id) != nil }) { self.poisoned.withLock { $0 = true } }
+            return false
+        }
+        return replays.withLock { $0.remove(id) != nil }
     }
 
     var storeDescription: String { self.inner.storeDescription }
@@ -139,12 +160,12 @@ final class FlakyBatchStore: QueueStore {
         try self.inner.updateDownload(id: id, change)
     }
     func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
-        if !self.inBatch.withLock({ $0 }), self.failingUpdates.withLock({ $0.remove(id) != nil }) { throw CommitFailed() }
+        if self.inject(id, batches: self.failUpdateBatches, replays: self.failingUpdates) { throw CommitFailed() }
         return try self.inner.updateDownload(id: id, lease: lease, release: release, change)
     }
     func confirmLease(id: Int64, lease: QueueLease) throws { try self.inner.confirmLease(id: id, lease: lease) }
     func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
-        if !self.inBatch.withLock({ $0 }), self.failingClaims.withLock({ $0.remove(claim.downloadID) != nil }) { throw CommitFailed() }
+        if self.inject(claim.downloadID, batches: self.failClaimBatches, replays: self.failingClaims) { throw CommitFailed() }
         return try self.inner.claim(claim, change)
     }
     func renewLeases(_ leases: [Int64: QueueLease], seconds: Double) throws -> Set<Int64> { try self.inner.renewLeases(leases, seconds: seconds) }
