@@ -119,7 +119,7 @@ extension DownloadQueue {
                 var resumable = download.resumePoint
                 // Positioned writes leave the file at least as long as the last byte of the map;
                 // a file that is shorter (or missing: another machine's disk) cannot continue.
-                if let point = resumable, (PartialFileSize.of(partial) ?? 0) < (point.segments?.ranges.last?.upperBound ?? point.offset) { resumable = nil }
+                if let point = resumable, (PartialFile.size(at: partial) ?? 0) < (point.segments?.ranges.last?.upperBound ?? point.offset) { resumable = nil }
                 let dropped = resumable == nil ? download.bytesDone + (download.segments?.byteCount ?? 0) : 0
                 takeover.withLock { $0 = (download.lastRunner, dropped) }
                 download.lastRunner = me
@@ -402,7 +402,9 @@ extension DownloadQueue {
         guard let download, let partial = download.partialPath else {
             return Verdict(message: "the download's record is gone")
         }
-        guard let size = unnamed.map({ $0.size }) ?? PartialFileSize.of(partial) else { return Verdict(message: "the partial file \(partial) is gone") }
+        // A file linked in from nothing (unnamed) is measured by its descriptor, else by its name.
+        let size = if let unnamed { unnamed.size } else { PartialFile.size(at: partial) }
+        guard let size else { return Verdict(message: "the partial file \(partial) is gone") }
         guard size == total else { return Verdict(message: "the file has \(size) bytes but the server's entity has \(total)") }
         guard let checksum = download.checksum else { return nil }
         do {

@@ -204,7 +204,7 @@ public final class TransferDaemon: TransferOwner, Sendable {
         } catch {
             throw DaemonError("cannot resume: \(error)")
         }
-        guard let onDisk = PartialFileSize.of(resumeData.partialFilePath) else {
+        guard let onDisk = PartialFile.size(at: resumeData.partialFilePath) else {
             throw DaemonError("cannot resume: the partial file \(resumeData.partialFilePath) no longer exists")
         }
         let partial = self.paths.partialDirectory.appendingPathComponent("\(UUID().uuidString).part").path
@@ -410,7 +410,7 @@ public final class TransferDaemon: TransferOwner, Sendable {
     private func startRun(_ task: StoredTask) {
         let id = TransferID(.session, task.id!)
         var point = task.isUpload ? nil : task.resumePoint
-        if let resumable = point, (PartialFileSize.of(task.partialFilePath) ?? 0) < (resumable.segments?.ranges.last?.upperBound ?? resumable.offset) {
+        if let resumable = point, (PartialFile.size(at: task.partialFilePath) ?? 0) < (resumable.segments?.ranges.last?.upperBound ?? resumable.offset) {
             point = nil  // the partial file lost bytes: start over
         }
         let transfer = TrackedTransfer(
@@ -449,10 +449,3 @@ public final class TransferDaemon: TransferOwner, Sendable {
     }
 }
 
-enum PartialFileSize {
-    static func of(_ path: String) -> Int64? {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        return Int64(info.st_size)
-    }
-}
