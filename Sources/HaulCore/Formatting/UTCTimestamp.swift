@@ -62,30 +62,29 @@ public struct UTCTimestamp: Sendable, Hashable {
     /// writes); `nil` for anything else, including real dates in other ISO 8601 forms.
     public static func parseISO8601(_ text: String) -> Date? {
         let bytes = Array(text.utf8)
-        guard bytes.count == 20, bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"),
-              bytes[10] == UInt8(ascii: "T"), bytes[13] == UInt8(ascii: ":"), bytes[16] == UInt8(ascii: ":"),
-              bytes[19] == UInt8(ascii: "Z")
-        else { return nil }
-        guard let year = decimal(bytes[0..<4]), let month = decimal(bytes[5..<7]), let day = decimal(bytes[8..<10]),
-              let hour = decimal(bytes[11..<13]), let minute = decimal(bytes[14..<16]), let second = decimal(bytes[17..<19])
-        else { return nil }
-        return date(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
+        guard bytes.count == 20, bytes[19] == UInt8(ascii: "Z") else { return nil }
+        return bytes.withUnsafeBufferPointer { wholeSeconds($0, separator: UInt8(ascii: "T")) }
     }
 
     /// The instant `text` names when it is exactly `yyyy-MM-dd HH:mm:ss.SSS` in UTC (what the
     /// store writes, GRDB's own format); `nil` for anything else. Reading a row's dates through
     /// a calendar cost more than the rest of the row.
     public static func parseStored(_ text: UnsafeBufferPointer<UInt8>) -> Date? {
-        guard text.count == 23, text[4] == UInt8(ascii: "-"), text[7] == UInt8(ascii: "-"), text[10] == UInt8(ascii: " "),
-              text[13] == UInt8(ascii: ":"), text[16] == UInt8(ascii: ":"), text[19] == UInt8(ascii: ".")
-        else { return nil }
-        let bytes = text[...]
-        guard let year = decimal(bytes[0..<4]), let month = decimal(bytes[5..<7]), let day = decimal(bytes[8..<10]),
-              let hour = decimal(bytes[11..<13]), let minute = decimal(bytes[14..<16]), let second = decimal(bytes[17..<19]),
-              let millisecond = decimal(bytes[20..<23]),
-              let whole = date(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
+        guard text.count == 23, text[19] == UInt8(ascii: "."), let millisecond = decimal(text[20..<23]),
+              let whole = wholeSeconds(text, separator: UInt8(ascii: " "))
         else { return nil }
         return Date(timeIntervalSince1970: whole.timeIntervalSince1970 + Double(millisecond) / 1000)
+    }
+
+    /// The instant of `yyyy-MM-dd` `separator` `HH:mm:ss` at the start of `text` (what follows
+    /// is the caller's), or `nil` when it is not that or names no real moment.
+    private static func wholeSeconds(_ text: UnsafeBufferPointer<UInt8>, separator: UInt8) -> Date? {
+        guard text.count >= 19, text[4] == UInt8(ascii: "-"), text[7] == UInt8(ascii: "-"), text[10] == separator,
+              text[13] == UInt8(ascii: ":"), text[16] == UInt8(ascii: ":"),
+              let year = decimal(text[0..<4]), let month = decimal(text[5..<7]), let day = decimal(text[8..<10]),
+              let hour = decimal(text[11..<13]), let minute = decimal(text[14..<16]), let second = decimal(text[17..<19])
+        else { return nil }
+        return date(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
     }
 
     /// The value of ASCII decimal digits, or `nil` when a byte is not one.
