@@ -81,8 +81,8 @@ public protocol QueueStore: Sendable {
     func reviveInterruptedDownloads(of daemon: String) throws
 
     /// Runs `body`, whose calls to this store on the calling thread join one transaction where
-    /// the engine allows it (the embedded store: one SQLite transaction, each call a savepoint
-    /// in it). Every call keeps its own all-or-nothing; the batch's commit saves them together.
+    /// the engine allows it (the embedded store: one SQLite transaction, each call of more than
+    /// one statement a savepoint in it). Every call keeps its own all-or-nothing; the batch's commit saves them together.
     /// A store without batches runs `body` as it is: each call its own transaction.
     ///
     /// - Throws: the commit's error, when nothing of the batch was saved.

@@ -118,8 +118,8 @@ public struct TransferStore: Sendable {
     /// downloads) on the calling thread inside one write transaction, committed when `body`
     /// returns: one commit (one WAL append, one lock round) for many downloads that start or
     /// end together, where each used to be a transaction of its own. Each change stays all or
-    /// nothing (a savepoint) and sees the batch's earlier changes. A batch inside a batch joins
-    /// it.
+    /// nothing (a savepoint, or its one statement) and sees the batch's earlier changes. A
+    /// batch inside a batch joins it.
     ///
     /// The batch belongs to the thread: `body` must not reach the store from a block it runs
     /// synchronously on another dispatch queue (`sync` runs it on this same thread, where GRDB

@@ -31,7 +31,8 @@ extension DownloadQueue {
     }
 
     func insertDownloads(_ rows: [StoredDownload]) throws -> [StoredDownload] {
-        try self.recorded(rows.compactMap(\.id)) {
+        // New rows have no ids yet: a failed replay of an insert loses no other download's.
+        try self.recorded([]) {
             let inserted = try self.store.insert(rows)
             self.state.withLock { state in
                 for row in inserted { state.index.put(row.info) }
