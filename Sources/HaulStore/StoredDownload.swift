@@ -184,48 +184,83 @@ public struct StoredDownload: Codable, Sendable, Hashable, MutablePersistableRec
         self.id = inserted.rowID
     }
 
+    /// One column of the row (every column but `id`): its name, the value written for a
+    /// download, and whether two downloads differ in it, told from their fields (an update
+    /// writes only the columns that changed, without making the values of the others).
+    struct Column: Sendable {
+        let name: String
+        let value: @Sendable (StoredDownload) -> (any DatabaseValueConvertible)?
+        let differs: @Sendable (StoredDownload, StoredDownload) -> Bool
+
+        /// A column written from the field `field` reads, converted by `written`.
+        init<Field: Equatable>(
+            _ name: String,
+            _ field: @escaping @Sendable (StoredDownload) -> Field,
+            written: @escaping @Sendable (Field) -> (any DatabaseValueConvertible)?
+        ) {
+            self.name = name
+            self.value = { written(field($0)) }
+            self.differs = { field($0) != field($1) }
+        }
+    }
+
+    /// Every column but `id`, in the order of ``columnNames`` and of ``init(statement:)``'s
+    /// positions after `id`: the one list the insert, the update and the reading agree on.
+    /// `urls` is a JSON array of strings.
+    static let columns: [Column] = [
+        Column("gid", { $0.gid }, written: { $0 }),
+        Column("urls", { $0.urls }, written: Self.urlsJSON),
+        Column("urlIndex", { $0.urlIndex }, written: { $0 }),
+        Column("currentURL", { $0.currentURL }, written: { $0?.absoluteString }),
+        Column("directory", { $0.directory }, written: { $0 }),
+        Column("requestedName", { $0.requestedName }, written: { $0 }),
+        Column("fileName", { $0.fileName }, written: { $0 }),
+        Column("partialPath", { $0.partialPath }, written: { $0 }),
+        Column("finalPath", { $0.finalPath }, written: { $0 }),
+        Column("state", { $0.state }, written: { $0.rawValue }),
+        Column("bytesDone", { $0.bytesDone }, written: { $0 }),
+        Column("totalBytes", { $0.totalBytes }, written: { $0 }),
+        Column("entityTag", { $0.entityTag }, written: { $0 }),
+        Column("lastModified", { $0.lastModified }, written: { $0 }),
+        Column("segments", { $0.segments }, written: { $0.map(Self.jsonText) }),
+        Column("connections", { $0.connections }, written: { $0 }),
+        Column("errorMessage", { $0.errorMessage }, written: { $0 }),
+        Column("errorCode", { $0.errorCode }, written: { $0 }),
+        Column("checksum", { $0.checksum }, written: { $0 }),
+        Column("priority", { $0.priority }, written: { $0 }),
+        Column("speedLimit", { $0.speedLimit }, written: { $0 }),
+        Column("requestHeaders", { $0.requestHeaders }, written: { $0.isEmpty ? nil : Self.jsonText($0) }),
+        Column("options", { $0.options }, written: { $0.isEmpty ? nil : Self.jsonText($0) }),
+        Column("queueRank", { $0.queueRank }, written: { $0 }),
+        Column("failedAttempts", { $0.failedAttempts }, written: { $0 }),
+        Column("notBefore", { $0.notBefore }, written: { $0.map(StoredDate.text) }),
+        Column("createdAt", { $0.createdAt }, written: { StoredDate.text($0) }),
+        Column("startedAt", { $0.startedAt }, written: { $0.map(StoredDate.text) }),
+        Column("finishedAt", { $0.finishedAt }, written: { $0.map(StoredDate.text) }),
+    ]
+
     /// Every column but `id`, with its value: what ``encode(to:)`` and the store's batch insert
     /// write (column by column, not through `Encodable`, which was half the cost of adding
-    /// 10,000 downloads). `urls` is a JSON array of strings.
+    /// 10,000 downloads).
     public var columnValues: [(name: String, value: (any DatabaseValueConvertible)?)] {
-        var urls = JSONWriter(capacity: 64 * self.urls.count)
-        urls.append(UInt8(ascii: "["))
-        for (index, url) in self.urls.enumerated() {
-            if index > 0 { urls.append(UInt8(ascii: ",")) }
-            urls.append(string: url.absoluteString)
+        Self.columns.map { ($0.name, $0.value(self)) }
+    }
+
+    /// The columns in which `self` differs from `original`, with their values in `self`.
+    func changedColumns(since original: StoredDownload) -> [(name: String, value: (any DatabaseValueConvertible)?)] {
+        Self.columns.lazy.filter { $0.differs(self, original) }.map { ($0.name, $0.value(self)) }
+    }
+
+    /// The `urls` column: a JSON array of the URLs' strings.
+    private static func urlsJSON(_ urls: [URL]) -> String {
+        var json = JSONWriter(capacity: 64 * urls.count)
+        json.append(UInt8(ascii: "["))
+        for (index, url) in urls.enumerated() {
+            if index > 0 { json.append(UInt8(ascii: ",")) }
+            json.append(string: url.absoluteString)
         }
-        urls.append(UInt8(ascii: "]"))
-        return [
-            ("gid", self.gid),
-            ("urls", String(decoding: urls.bytes, as: UTF8.self)),
-            ("urlIndex", self.urlIndex),
-            ("currentURL", self.currentURL?.absoluteString),
-            ("directory", self.directory),
-            ("requestedName", self.requestedName),
-            ("fileName", self.fileName),
-            ("partialPath", self.partialPath),
-            ("finalPath", self.finalPath),
-            ("state", self.state.rawValue),
-            ("bytesDone", self.bytesDone),
-            ("totalBytes", self.totalBytes),
-            ("entityTag", self.entityTag),
-            ("lastModified", self.lastModified),
-            ("segments", self.segments.map(Self.jsonText)),
-            ("connections", self.connections),
-            ("errorMessage", self.errorMessage),
-            ("errorCode", self.errorCode),
-            ("checksum", self.checksum),
-            ("priority", self.priority),
-            ("speedLimit", self.speedLimit),
-            ("requestHeaders", self.requestHeaders.isEmpty ? nil : Self.jsonText(self.requestHeaders)),
-            ("options", self.options.isEmpty ? nil : Self.jsonText(self.options)),
-            ("queueRank", self.queueRank),
-            ("failedAttempts", self.failedAttempts),
-            ("notBefore", self.notBefore.map(StoredDate.text)),
-            ("createdAt", StoredDate.text(self.createdAt)),
-            ("startedAt", self.startedAt.map(StoredDate.text)),
-            ("finishedAt", self.finishedAt.map(StoredDate.text)),
-        ]
+        json.append(UInt8(ascii: "]"))
+        return String(decoding: json.bytes, as: UTF8.self)
     }
 
     private static func jsonText(_ value: some Encodable) -> String {
@@ -235,9 +270,7 @@ public struct StoredDownload: Codable, Sendable, Hashable, MutablePersistableRec
     }
 
     /// The names of ``columnValues``, in their order.
-    public static let columnNames: [String] = StoredDownload(
-        urls: [], directory: "", requestedName: nil, checksum: nil, priority: 0, speedLimit: 0
-    ).columnValues.map(\.name)
+    public static let columnNames: [String] = Self.columns.map(\.name)
 
     public func encode(to container: inout PersistenceContainer) throws {
         container["id"] = self.id

@@ -191,14 +191,12 @@ extension TransferStore {
     /// change of one number; the sets that occur are few (a claim's, a checkpoint's, an end's).
     static func saveDownload(_ db: Database, _ download: StoredDownload, original: StoredDownload) throws {
         guard let id = download.id else { throw DatabaseError(message: "a download without an id cannot be updated") }
-        let new = download.columnValues
-        let old = original.columnValues
         var assignments = ""
         var arguments: [(any DatabaseValueConvertible)?] = []
-        for index in new.indices where new[index].value?.databaseValue != old[index].value?.databaseValue {
+        for (name, value) in download.changedColumns(since: original) {
             if !assignments.isEmpty { assignments += ", " }
-            assignments += new[index].name + " = ?"
-            arguments.append(new[index].value)
+            assignments += name + " = ?"
+            arguments.append(value)
         }
         guard !arguments.isEmpty else { return }
         arguments.append(id)

@@ -190,7 +190,8 @@ public final class TransferCore: Sendable {
     }
 
     /// Starts nothing more, stops every running transfer (keeping checkpoints), waits for them
-    /// to end (at most `timeout`), then closes the engine's connections.
+    /// to end (at most `timeout`) and for their owners to record how they ended, then closes
+    /// the engine's connections.
     public func shutdown(timeout: Duration = .seconds(5)) async {
         let owners = self.state.withLock { state -> [any TransferOwner] in
             state.scheduler.shutDown()
@@ -219,6 +220,7 @@ public final class TransferCore: Sendable {
                 }
             }
         }
+        for owner in owners { await owner.settle() }
         await self.engine.shutdown()
     }
 

@@ -23,6 +23,11 @@ protocol TransferOwner: AnyObject, Sendable {
     /// The daemon is stopping: stop every running transfer, keeping its checkpoint.
     func stopForShutdown()
 
+    /// Returns once the owner has recorded the end of every transfer whose slot it gave back
+    /// (an owner may give a slot back before it has saved how the run ended). Called once by
+    /// the core's shutdown, after the last transfer ended.
+    func settle() async
+
     /// A final response arrived; `resumedAtOffset` is set when the body continues earlier bytes
     /// (0: the server sent the whole entity again).
     func transferResponded(_ transfer: TrackedTransfer, resumedAtOffset: Int64?, expectedTotal: Int64?)
@@ -41,4 +46,6 @@ protocol TransferOwner: AnyObject, Sendable {
 
 extension TransferOwner {
     func transfer(_ transfer: TrackedTransfer, droppedMirror url: URL, reason: String) {}
+
+    func settle() async {}
 }

@@ -51,25 +51,75 @@ extension DownloadQueue {
         if schedule { self.work.async { self.drainInbox() } }
     }
 
-    /// Handles everything in the inbox in one store batch, then publishes its changes and starts
-    /// its runs (on `work`).
+    /// Handles everything in the inbox (on `work`).
     ///
-    /// The slots the events free are refilled inside the same batch: the core decides on this
-    /// thread (``TransferCore/endedAndReady(_:_:startingFor:)``) and the downloads it starts are
-    /// claimed at once, so a small file's end and the next one's start cost one commit and no
-    /// hop to the core's queue and back.
+    /// With the embedded store, in two steps, each one batch: first the slots of the runs that
+    /// ended are given back to the core and the downloads it starts in them are claimed, saved
+    /// and launched; then the ends are recorded (verified, placed, saved) while those new runs
+    /// already transfer on the engine's loop. In one step, a queue of small files went in
+    /// lockstep: the loop waited for the queue's thread to record four ends and claim four
+    /// starts, then the queue's thread waited for the loop to run them (200 × 64 KiB on tmpfs:
+    /// each thread busy half of the time). A fleet's store keeps the one step: its claims count
+    /// the host's active rows, which must not still include the runs that ended.
     private func drainInbox() {
         dispatchPrecondition(condition: .onQueue(self.work))
-        var events = self.state.withLock { state -> [WorkEvent] in
+        let events = self.state.withLock { state -> [WorkEvent] in
             state.drainScheduled = false
-            state.effects = DrainEffects()
             defer { state.inbox.removeAll(keepingCapacity: true) }
             return state.inbox
         }
-        guard !events.isEmpty else {
-            self.state.withLock { $0.effects = nil }
+        guard !events.isEmpty else { return }
+        guard !self.store.isShared else {
+            self.handleInBatch(events)
             return
         }
+        var starts: [WorkEvent] = []
+        var ends: [WorkEvent] = []
+        var freed: [TransferID] = []
+        for event in events {
+            switch event {
+            case .start:
+                starts.append(event)
+            case .ended(let id, let outcome):
+                ends.append(event)
+                if self.freesSlotBeforeRecording(id, outcome) { freed.append(TransferID(.queue, id)) }
+            }
+        }
+        if !freed.isEmpty {
+            self.state.withLock { $0.slotsFreedEarly.formUnion(freed.lazy.map(\.number)) }
+            starts += self.core.endedAndReady(freed, [], startingFor: .queue).map { .start($0) }
+        }
+        // Subscribers hear of the ends before the starts that took their slots, as the core
+        // decided them (a list of what is active never shows more than the limits allow).
+        let held = starts.isEmpty ? [] : self.handleInBatch(starts, holdingChanges: !ends.isEmpty)
+        if !ends.isEmpty { self.handleInBatch(ends) }
+        for change in held { self.publish(change) }
+    }
+
+    /// Whether the slot of run `id`, which ended with `outcome`, is given back before its end
+    /// is recorded: yes, unless its file is still to be checked against a checksum (reading it
+    /// keeps the slot, so that no more files are hashed at once than run at once).
+    private func freesSlotBeforeRecording(_ id: Int64, _ outcome: TransferOutcome) -> Bool {
+        self.state.withLock { state in
+            guard let running = state.running[id], !state.slotsFreedEarly.contains(id) else { return false }
+            if case .completed(let response, _) = outcome, (200..<300).contains(response.statusCode), running.stored.checksum != nil {
+                return false
+            }
+            return true
+        }
+    }
+
+    /// Handles `events` in one store batch, then starts their runs and publishes their changes,
+    /// or, `holdingChanges`, returns those changes for the caller to publish (once saved).
+    ///
+    /// The slots the events free are refilled inside the same batch: the core decides on this
+    /// thread (``TransferCore/endedAndReady(_:_:startingFor:)``) and the downloads it starts are
+    /// claimed at once, so a slot that frees and the next download's start cost one commit and
+    /// no hop to the core's queue and back.
+    @discardableResult
+    private func handleInBatch(_ events: [WorkEvent], holdingChanges: Bool = false) -> [QueueChange] {
+        var events = events
+        self.state.withLock { $0.effects = DrainEffects() }
         var handled: [WorkEvent] = []
         var saved = true
         do {
@@ -95,12 +145,14 @@ extension DownloadQueue {
             defer { state.effects = nil }
             return state.effects ?? DrainEffects()
         }
-        if saved {
-            for change in effects.changes { self.publish(change) }
-            self.launch(effects.runs)
-        } else {
+        guard saved else {
             self.recover(effects, handled: Set(handled.map(\.downloadID)))
+            return []
         }
+        self.launch(effects.runs)
+        if holdingChanges { return effects.changes }
+        for change in effects.changes { self.publish(change) }
+        return []
     }
 
     private func handle(_ event: WorkEvent) {
@@ -212,9 +264,12 @@ extension DownloadQueue {
     }
 
     /// Download `id`'s slot in the core is free: at once, or, during a drain, when the drain's
-    /// round of events is handled (the core refills it in the same batch).
+    /// round of events is handled (the core refills it in the same batch); nothing when it was
+    /// given back already as its run ended.
     func freeSlot(_ id: Int64) {
         let deferred = self.state.withLock { state -> Bool in
+            // Given back when its run ended, before the end was recorded (``drainInbox()``).
+            if state.slotsFreedEarly.remove(id) != nil { return true }
             guard state.effects != nil else { return false }
             state.effects!.freedSlots.append(TransferID(.queue, id))
             return true

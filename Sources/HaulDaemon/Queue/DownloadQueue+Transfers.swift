@@ -28,6 +28,14 @@ extension DownloadQueue {
         for run in runs { run.stop(.pause) }
     }
 
+    /// The ends of runs whose slots were given back before they were recorded are saved by
+    /// the drain that gave them back, on `work`: done once what is queued there now is done.
+    func settle() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            self.work.async { continuation.resume() }
+        }
+    }
+
     func transferResponded(_ transfer: TrackedTransfer, resumedAtOffset: Int64?, expectedTotal: Int64?) {
         self.broadcast(transfer)
     }
@@ -71,8 +79,10 @@ extension DownloadQueue {
     }
 
     /// Tells subscribers where a running download stands (from its live numbers and the row as
-    /// last saved: no store read). Nothing to do when nobody listens for progress.
+    /// last saved: no store read). Nothing to do, not even a hop to `work`, when nobody listens
+    /// for progress (a small file's response and first bytes each woke the queue's thread).
     private func broadcast(_ transfer: TrackedTransfer) {
+        guard self.state.withLock({ !$0.progressSubscriberIDs.isEmpty }) else { return }
         let id = transfer.id.number
         self.work.async {
             let stored = self.state.withLock { state -> StoredDownload? in

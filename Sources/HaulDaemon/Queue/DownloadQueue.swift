@@ -93,6 +93,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var drainScheduled = false
         /// While a drain runs its batch: what it owes once the batch is saved.
         var effects: DrainEffects?
+        /// Downloads whose run ended and whose slot the core has back already, while their end
+        /// is being recorded (``freeSlot(_:)`` then has nothing to give back).
+        var slotsFreedEarly: Set<Int64> = []
     }
 
     package let store: any QueueStore
