@@ -48,6 +48,13 @@ package final class TransferEngine: Sendable {
         /// instructions. Only for engines that record no metrics (AsyncHTTPClient's logs are
         /// where connection timings come from). `haul get` and hauld turn it on.
         package var usesDirectHTTP1 = false
+        /// Whether a small download's unnamed file is created on the write threads instead of
+        /// the event loop while creating files is slow (``FileBodyWriter/createsAreSlow``: on
+        /// ext4, a fresh directory with many inodes deleted lately can take most of a
+        /// millisecond a file). For an engine whose one loop carries every transfer (hauld),
+        /// where every other transfer waited behind each creation; a program with a loop per
+        /// core (`haul get`) keeps creating on its loops.
+        package var offloadsSlowFileCreation = false
 
         package init() {}
     }

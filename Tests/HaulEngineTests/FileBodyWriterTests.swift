@@ -218,11 +218,19 @@ struct FileBodyWriterTests {
     /// A writer into an unnamed file at `path` (a named one where the file system has none),
     /// made on the loop, for a body announced as `announced` bytes; `writes` gets each report,
     /// `poolAsked` a call each time the write threads are asked for.
-    func unnamedWriter(path: String, announcing announced: Int64, writes: ReportedBytes, poolAsked: ReportedBytes = ReportedBytes()) async throws -> FileBodyWriter {
+    func unnamedWriter(
+        path: String,
+        announcing announced: Int64,
+        writes: ReportedBytes,
+        poolAsked: ReportedBytes = ReportedBytes(),
+        offloadsSlowCreation: Bool = false,
+        createdOnLoop: ReportedBytes = ReportedBytes()
+    ) async throws -> FileBodyWriter {
         let loop = self.eventLoop
         return try await loop.submit {
             FileBodyWriter(
                 open: { () throws(URLError) -> PartialFile in
+                    if loop.inEventLoop { createdOnLoop.add(1, sizeOnDisk: 0) }
                     guard let file = PartialFile.openUnnamed(path: path) else { return try PartialFile.open(path: path) }
                     return file
                 },
@@ -230,7 +238,8 @@ struct FileBodyWriterTests {
                 eventLoop: loop,
                 pool: { poolAsked.add(1, sizeOnDisk: 0); return NIOThreadPool.singleton }(),
                 opensUnnamed: true,
-                expectedBodyBytes: announced
+                expectedBodyBytes: announced,
+                offloadsSlowCreation: offloadsSlowCreation
             ) { count in writes.add(count, sizeOnDisk: 0) }
         }.get()
     }
@@ -249,6 +258,29 @@ struct FileBodyWriterTests {
             _ = try await self.feed(writer, chunks)
             #expect(await writer.drain() == nil)
             #expect((poolAsked.calls > 0) == askedForPool, "\(name): write threads asked for \(poolAsked.calls) times")
+            #expect(writes.total == chunks.reduce(0) { $0 + $1.readableBytes }, "\(name): every byte written and reported once")
+        }
+    }
+
+    @Test("While creating files is slow, a writer that offloads slow creation creates its small body's file on the write threads; one that does not keeps it on the loop")
+    func slowCreationOffTheLoop() async throws {
+        let directory = self.temporaryPath()
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // Creations of 2 ms (a fresh ext4 directory at its worst): the average passes the mark.
+        for _ in 0..<64 { FileBodyWriter.recordCreation(nanoseconds: 2_000_000) }
+        defer { for _ in 0..<64 { FileBodyWriter.recordCreation(nanoseconds: 0) } }
+        #expect(FileBodyWriter.createsAreSlow)
+        for (name, offloads) in [("offloaded.bin", true), ("kept.bin", false)] {
+            let writes = ReportedBytes()
+            let createdOnLoop = ReportedBytes()
+            let writer = try await self.unnamedWriter(
+                path: directory + "/" + name, announcing: 600_000, writes: writes, offloadsSlowCreation: offloads, createdOnLoop: createdOnLoop
+            )
+            let chunks = self.chunks(count: 30)
+            _ = try await self.feed(writer, chunks)
+            #expect(await writer.drain() == nil)
+            #expect((createdOnLoop.calls == 0) == offloads, "\(name): created on the loop \(createdOnLoop.calls) times")
             #expect(writes.total == chunks.reduce(0) { $0 + $1.readableBytes }, "\(name): every byte written and reported once")
         }
     }

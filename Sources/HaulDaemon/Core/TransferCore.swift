@@ -98,6 +98,10 @@ public final class TransferCore: Sendable {
         // Plain-HTTP downloads skip AsyncHTTPClient's request path (small files cost a third
         // fewer instructions).
         engineConfiguration.usesDirectHTTP1 = true
+        // One loop carries every transfer: while creating files is slow, they are created on the
+        // write threads, two at a time, not on the loop (1,000 × 16 KiB into a fresh ext4
+        // directory: the loop had spent two thirds of its time creating files).
+        engineConfiguration.offloadsSlowFileCreation = true
         self.engine = TransferEngine(configuration: engineConfiguration)
         self.globalLimiter = BandwidthLimiter(bytesPerSecond: limits.globalSpeedLimit)
         self.state = Mutex(State(scheduler: TransferScheduler(limits: limits.scheduler)))

@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOPosix
+import Synchronization
 
 /// Carries one exchange's body bytes into its ``PartialFile`` off the event loop: the event
 /// loop only queues network buffers (no copy); the writes happen on a thread pool, one batch at a
@@ -66,6 +67,29 @@ package final class FileBodyWriter: @unchecked Sendable {
     private let opensUnnamed: Bool
     /// Whether every batch is written on the event loop (a small body into an unnamed file).
     private let writesOnEventLoop: Bool
+    /// Whether the file is created on the write threads instead of the loop while creating
+    /// files is slow (``createsAreSlow``).
+    private let offloadsSlowCreation: Bool
+
+    /// How long creating an unnamed file took lately, in nanoseconds: a moving average over
+    /// the last few creations of the process (each weighs an eighth), kept by every writer.
+    private static let recentCreationNanoseconds = Atomic<Int>(0)
+    /// Creating files is slow when the average passes this: on ext4, a fresh directory with
+    /// many inodes deleted lately makes a creation take up to a millisecond; tmpfs or a warm
+    /// directory take 10–30 µs.
+    static let slowCreationNanoseconds = 150_000
+
+    /// Whether creating files has been slow lately (see ``recentCreationNanoseconds``).
+    package static var createsAreSlow: Bool {
+        Self.recentCreationNanoseconds.load(ordering: .relaxed) > Self.slowCreationNanoseconds
+    }
+
+    /// Adds one creation's time to the moving average (a lost update between two threads only
+    /// drops a sample).
+    package static func recordCreation(nanoseconds: Int) {
+        let average = Self.recentCreationNanoseconds.load(ordering: .relaxed)
+        Self.recentCreationNanoseconds.store(average + (nanoseconds - average) / 8, ordering: .relaxed)
+    }
     private let onWritten: (Int) -> Void
     /// Where the next queued byte goes in the file.
     private var nextOffset: Int64
@@ -92,8 +116,9 @@ package final class FileBodyWriter: @unchecked Sendable {
     private var drainWaiters: [EventLoopPromise<Void>] = []
 
     /// Opens the file with `open` on ``namespacePool`` (an unnamed file: on `pool`, or on the
-    /// loop) with the first batch (or at ``drained()`` when nothing came); later batches are
-    /// written on `pool`, each pool started only when first used.
+    /// loop, unless `offloadsSlowCreation` and creating files is slow lately) with the first
+    /// batch (or at ``drained()`` when nothing came); later batches are written on `pool`, each
+    /// pool started only when first used.
     package init(
         open: @escaping @Sendable () throws(URLError) -> PartialFile,
         offset: Int64,
@@ -102,9 +127,11 @@ package final class FileBodyWriter: @unchecked Sendable {
         bufferLimit: Int = FileBodyWriter.defaultBufferLimit,
         opensUnnamed: Bool = false,
         expectedBodyBytes: Int64? = nil,
+        offloadsSlowCreation: Bool = false,
         onWritten: @escaping (Int) -> Void
     ) {
         self.opensUnnamed = opensUnnamed
+        self.offloadsSlowCreation = offloadsSlowCreation
         self.writesOnEventLoop = opensUnnamed && (expectedBodyBytes.map { $0 <= Self.maximumBodyWrittenOnLoop } ?? false)
         self.bodyBytesToCome = expectedBodyBytes
         self.open = open
@@ -210,8 +237,12 @@ package final class FileBodyWriter: @unchecked Sendable {
         // A small download into an unnamed file (no directory lock to wait for): opened and
         // written right here, without the two thread hops — every batch when its length said so
         // up front, or the whole body when it ended within the first batch.
-        let onLoop = self.writesOnEventLoop
-            || (opening != nil && self.opensUnnamed && self.isDraining && queuedBytes <= Self.maximumFirstBatchOnCreationThread)
+        // Unless creating files is slow lately and this batch creates the file: then the write
+        // threads create it, and the loop goes on with other transfers meanwhile.
+        let createsOffLoop = opening != nil && self.offloadsSlowCreation && Self.createsAreSlow
+        let onLoop = !createsOffLoop && (self.writesOnEventLoop
+            || (opening != nil && self.opensUnnamed && self.isDraining && queuedBytes <= Self.maximumFirstBatchOnCreationThread))
+        let timesCreation = opening != nil && self.opensUnnamed && self.offloadsSlowCreation
         // The creation thread writes a small first batch (a small file in one hop); a larger
         // one waits for the write threads, so that one slow disk write cannot hold up every
         // other download's file creation behind it. An unnamed file needs no creation thread.
@@ -229,7 +260,9 @@ package final class FileBodyWriter: @unchecked Sendable {
             if let openedFile {
                 file = openedFile
             } else {
+                let started = timesCreation ? DispatchTime.now().uptimeNanoseconds : 0
                 do throws(URLError) { file = try opening!() } catch { return BatchResult(written: 0, failure: error, opened: nil) }
+                if timesCreation { Self.recordCreation(nanoseconds: Int(DispatchTime.now().uptimeNanoseconds - started)) }
             }
             let (written, failure) = batch.isEmpty ? (0, nil) : file.write(contentsOf: batch, at: offset)
             return BatchResult(written: written, failure: failure, opened: openedFile == nil ? file : nil)

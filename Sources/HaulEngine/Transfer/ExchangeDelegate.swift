@@ -192,7 +192,8 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, HTTP1ResponseSink, @un
                 bufferLimit: group?.laneBufferLimit ?? FileBodyWriter.defaultBufferLimit,
                 opensUnnamed: run.createsUnnamedFile && truncateFile && fileOffset == 0,
                 // A lane's share is not the body's length: only a whole body goes on the loop.
-                expectedBodyBytes: group == nil ? expectedTotal.map { $0 - fileOffset } : nil
+                expectedBodyBytes: group == nil ? expectedTotal.map { $0 - fileOffset } : nil,
+                offloadsSlowCreation: run.engine.configuration.offloadsSlowFileCreation
             ) { count in
                 let (total, expected) = run.state.withLock { state in
                     state.machine.bodyPartWritten(byteCount: count)
