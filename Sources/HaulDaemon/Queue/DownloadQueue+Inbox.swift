@@ -101,7 +101,7 @@ extension DownloadQueue {
     /// keeps the slot, so that no more files are hashed at once than run at once).
     private func freesSlotBeforeRecording(_ id: Int64, _ outcome: TransferOutcome) -> Bool {
         self.state.withLock { state in
-            guard let running = state.running[id], !state.slotsFreedEarly.contains(id) else { return false }
+            guard let running = state.running[id] else { return false }
             if case .completed(let response, _) = outcome, (200..<300).contains(response.statusCode), running.stored.checksum != nil {
                 return false
             }
