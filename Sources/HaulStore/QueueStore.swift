@@ -99,6 +99,41 @@ public protocol QueueStore: Sendable {
     func save(_ settings: QueueSettings) throws
 }
 
+/// A queue store that only this daemon writes (the embedded SQLite file, never a fleet's): the
+/// queue may hold a claim in memory and save it with the download's next write.
+///
+/// A claim written at once cost a small file one of its two row writes, and a commit before its
+/// run could start. Held back, nothing is lost by a crash: a restart makes every active row
+/// wait again (``QueueStore/reviveInterruptedDownloads(of:)``), and a claim not yet written
+/// leaves the row waiting already.
+public protocol SoleWriterQueueStore: QueueStore {
+    /// Decides the claim as ``QueueStore/claim(_:_:)`` does, on the row as stored, and writes
+    /// nothing. With `.claimed`, also returns the row as it is stored, for the write that
+    /// saves the claim later (``updateDownload(_:stored:_:)``).
+    func claimUnsaved(_ claim: QueueClaim, _ change: (inout StoredDownload) throws -> Void) throws -> (QueueClaimOutcome, stored: StoredDownload?)
+
+    /// Applies `change` to `current`, the queue's copy of a download that has changes not yet
+    /// written, and saves the columns that differ from `stored`, the row as the store has it.
+    /// No read: nothing but this daemon writes the row. Returns the row as saved.
+    func updateDownload(_ current: StoredDownload, stored: StoredDownload, _ change: (inout StoredDownload) throws -> Void) throws -> StoredDownload
+}
+
+extension TransferStore: SoleWriterQueueStore {
+    public func claimUnsaved(_ claim: QueueClaim, _ change: (inout StoredDownload) throws -> Void) throws -> (QueueClaimOutcome, stored: StoredDownload?) {
+        guard let stored = try self.download(id: claim.downloadID), stored.state == .waiting else { return (.notWaiting, nil) }
+        var claimed = stored
+        try change(&claimed)
+        return (.claimed(claimed, QueueLease(daemon: claim.daemon, generation: 0), connections: claim.connections), stored)
+    }
+
+    public func updateDownload(_ current: StoredDownload, stored: StoredDownload, _ change: (inout StoredDownload) throws -> Void) throws -> StoredDownload {
+        var download = current
+        try change(&download)
+        try self.write(oneStatement: true) { db in try Self.saveDownload(db, download, original: stored) }
+        return download
+    }
+}
+
 extension TransferStore: QueueStore {
     public var isShared: Bool { false }
 

@@ -189,18 +189,27 @@ public struct StoredDownload: Codable, Sendable, Hashable, MutablePersistableRec
     /// writes only the columns that changed, without making the values of the others).
     struct Column: Sendable {
         let name: String
-        let value: @Sendable (StoredDownload) -> (any DatabaseValueConvertible)?
+        let stored: @Sendable (StoredDownload) -> StoredValue
         let differs: @Sendable (StoredDownload, StoredDownload) -> Bool
 
         /// A column written from the field `field` reads, converted by `written`.
-        init<Field: Equatable>(
+        init<Field: Equatable, Written: StoredValueConvertible>(
             _ name: String,
             _ field: @escaping @Sendable (StoredDownload) -> Field,
-            written: @escaping @Sendable (Field) -> (any DatabaseValueConvertible)?
+            written: @escaping @Sendable (Field) -> Written
         ) {
             self.name = name
-            self.value = { written(field($0)) }
+            self.stored = { written(field($0)).storedValue }
             self.differs = { field($0) != field($1) }
+        }
+
+        func value(_ download: StoredDownload) -> (any DatabaseValueConvertible)? {
+            switch self.stored(download) {
+            case .null: nil
+            case .integer(let value): value
+            case .real(let value): value
+            case .text(let value): value
+            }
         }
     }
 
@@ -246,9 +255,43 @@ public struct StoredDownload: Codable, Sendable, Hashable, MutablePersistableRec
         Self.columns.map { ($0.name, $0.value(self)) }
     }
 
-    /// The columns in which `self` differs from `original`, with their values in `self`.
-    func changedColumns(since original: StoredDownload) -> [(name: String, value: (any DatabaseValueConvertible)?)] {
-        Self.columns.lazy.filter { $0.differs(self, original) }.map { ($0.name, $0.value(self)) }
+    /// The columns (positions in ``columns``) in which `self` differs from `original`.
+    func changedColumns(since original: StoredDownload) -> ColumnSet {
+        var changed = ColumnSet()
+        for (position, column) in Self.columns.enumerated() where column.differs(self, original) { changed.insert(position) }
+        return changed
+    }
+
+    /// Binds the values of `columns` in `self` to `statement`'s parameters, from `first` on, in
+    /// the columns' order: straight to SQLite, without GRDB's `StatementArguments` (a box per
+    /// value; half the cost of an update that saves a small file's end).
+    func bind(_ columns: ColumnSet, to statement: SQLiteStatement, from first: CInt = 1) throws {
+        var parameter = first
+        for position in columns {
+            try Self.columns[position].stored(self).bind(to: statement, at: parameter)
+            parameter += 1
+        }
+    }
+
+    /// A set of columns by their positions in ``columns`` (there are fewer than 64).
+    struct ColumnSet: Sequence, Hashable, Sendable {
+        private(set) var bits: UInt64 = 0
+
+        static var all: ColumnSet { ColumnSet(bits: (1 << UInt64(StoredDownload.columns.count)) - 1) }
+
+        var isEmpty: Bool { self.bits == 0 }
+
+        mutating func insert(_ position: Int) { self.bits |= 1 << UInt64(position) }
+
+        func makeIterator() -> AnyIterator<Int> {
+            var rest = self.bits
+            return AnyIterator {
+                guard rest != 0 else { return nil }
+                let position = rest.trailingZeroBitCount
+                rest &= rest - 1
+                return position
+            }
+        }
     }
 
     /// The `urls` column: a JSON array of the URLs' strings.
@@ -336,3 +379,51 @@ public struct StoredDownload: Codable, Sendable, Hashable, MutablePersistableRec
 }
 
 extension QueuedDownloadState: DatabaseValueConvertible {}
+
+/// A column's value as SQLite keeps it, bound without a box (``StoredDownload/bind(_:to:from:)``).
+enum StoredValue {
+    case null
+    case integer(Int64)
+    case real(Double)
+    case text(String)
+
+    private static let transient = unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self)
+
+    func bind(to statement: SQLiteStatement, at parameter: CInt) throws {
+        let code: CInt
+        switch self {
+        case .null: code = sqlite3_bind_null(statement, parameter)
+        case .integer(let value): code = sqlite3_bind_int64(statement, parameter, value)
+        case .real(let value): code = sqlite3_bind_double(statement, parameter, value)
+        case .text(let value):
+            // SQLite copies the bytes before the call returns (SQLITE_TRANSIENT).
+            code = value.withCString { sqlite3_bind_text(statement, parameter, $0, -1, Self.transient) }
+        }
+        guard code == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: code), message: "cannot bind parameter \(parameter)") }
+    }
+}
+
+/// What a column of ``StoredDownload`` is written as.
+protocol StoredValueConvertible {
+    var storedValue: StoredValue { get }
+}
+
+extension String: StoredValueConvertible {
+    var storedValue: StoredValue { .text(self) }
+}
+
+extension Int: StoredValueConvertible {
+    var storedValue: StoredValue { .integer(Int64(self)) }
+}
+
+extension Int64: StoredValueConvertible {
+    var storedValue: StoredValue { .integer(self) }
+}
+
+extension Double: StoredValueConvertible {
+    var storedValue: StoredValue { .real(self) }
+}
+
+extension Optional: StoredValueConvertible where Wrapped: StoredValueConvertible {
+    var storedValue: StoredValue { self?.storedValue ?? .null }
+}

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import GRDBSQLite
 import HaulCore
+import Synchronization
 
 /// The download manager's part of the store: queued downloads (kept as history until purged)
 /// and the global settings.
@@ -135,7 +136,8 @@ extension TransferStore {
                 var download = download
                 // Every download has an RPC id; the queue picks them, a bare insert gets a random one.
                 if download.gid.isEmpty { download.gid = DownloadGID.random() }
-                try statement.execute(arguments: StatementArguments(download.columnValues.map(\.value)))
+                try download.bind(.all, to: statement.sqliteStatement)
+                try Self.step(statement, db)
                 download.id = db.lastInsertedRowID
                 return download
             }
@@ -186,23 +188,40 @@ extension TransferStore {
     }
 
     /// Saves the columns of a download (that has an id) that differ from `original`, the row as
-    /// read in the same transaction, through a statement prepared once per set of columns.
-    /// Rewriting all 29 made SQLite rewrite the entries of every index too (state, gid) for a
-    /// change of one number; the sets that occur are few (a claim's, a checkpoint's, an end's).
+    /// the store has it, through a statement prepared once per set of columns. Rewriting all 29
+    /// made SQLite rewrite the entries of every index too (state, gid) for a change of one
+    /// number; the sets that occur are few (a claim's, a checkpoint's, an end's).
     static func saveDownload(_ db: Database, _ download: StoredDownload, original: StoredDownload) throws {
         guard let id = download.id else { throw DatabaseError(message: "a download without an id cannot be updated") }
-        var assignments = ""
-        var arguments: [(any DatabaseValueConvertible)?] = []
-        for (name, value) in download.changedColumns(since: original) {
-            if !assignments.isEmpty { assignments += ", " }
-            assignments += name + " = ?"
-            arguments.append(value)
-        }
-        guard !arguments.isEmpty else { return }
-        arguments.append(id)
-        try db.cachedStatement(sql: "UPDATE \(StoredDownload.databaseTableName) SET \(assignments) WHERE id = ?")
-            .execute(arguments: StatementArguments(arguments))
+        let changed = download.changedColumns(since: original)
+        guard !changed.isEmpty else { return }
+        let statement = try db.cachedStatement(sql: Self.updateSQL(changed))
+        try download.bind(changed, to: statement.sqliteStatement)
+        try StoredValue.integer(id).bind(to: statement.sqliteStatement, at: CInt(changed.bits.nonzeroBitCount) + 1)
+        try Self.step(statement, db)
     }
+
+    /// Runs `statement` (a change, its parameters bound) to its end and resets it: straight
+    /// on SQLite, as ``forEachRow(of:_:_:)`` reads.
+    static func step(_ statement: Statement, _ db: Database) throws {
+        let sqlite = statement.sqliteStatement
+        defer { sqlite3_reset(sqlite) }
+        let code = sqlite3_step(sqlite)
+        guard code == SQLITE_DONE else {
+            throw DatabaseError(resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(db.sqliteConnection)), sql: statement.sql)
+        }
+    }
+
+    /// `UPDATE … SET a = ?, b = ? WHERE id = ?` for the columns in `changed`, made once per set.
+    private static func updateSQL(_ changed: StoredDownload.ColumnSet) -> String {
+        if let sql = Self.updateSQLCache.withLock({ $0[changed] }) { return sql }
+        let assignments = changed.map { StoredDownload.columns[$0].name + " = ?" }.joined(separator: ", ")
+        let sql = "UPDATE \(StoredDownload.databaseTableName) SET \(assignments) WHERE id = ?"
+        Self.updateSQLCache.withLock { $0[changed] = sql }
+        return sql
+    }
+
+    private static let updateSQLCache = Mutex<[StoredDownload.ColumnSet: String]>([:])
 
     static let insertDownloadSQL = """
         INSERT INTO \(StoredDownload.databaseTableName) (\(StoredDownload.columnNames.joined(separator: ", "))) \

@@ -44,9 +44,10 @@ extension DownloadQueue {
     /// Changes one download under the store's write lock; `nil` when there is none.
     @discardableResult
     func updateDownload(id: Int64, _ change: @escaping @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
-        try self.recorded([id]) {
-            let updated = try self.store.updateDownload(id: id, change)
-            if let updated { self.state.withLock { $0.saved(updated) } }
+        let held = self.heldClaim(id)
+        return try self.recorded([id]) {
+            let updated = try held.map { try $0.store.updateDownload($0.claim.claimed, stored: $0.claim.stored, change) } ?? self.store.updateDownload(id: id, change)
+            if let updated { self.saved(updated, claimWritten: held != nil) }
             return updated
         }
     }
@@ -60,16 +61,43 @@ extension DownloadQueue {
         release: Bool = false,
         _ change: @escaping @Sendable (inout StoredDownload) throws -> Void
     ) throws -> StoredDownload? {
-        try self.recorded([id]) {
-            let updated = try self.store.updateDownload(id: id, lease: lease, release: release, change)
-            if let updated { self.state.withLock { $0.saved(updated) } }
+        let held = self.heldClaim(id)
+        return try self.recorded([id]) {
+            let updated = try held.map { try $0.store.updateDownload($0.claim.claimed, stored: $0.claim.stored, change) }
+                ?? self.store.updateDownload(id: id, lease: lease, release: release, change)
+            if let updated { self.saved(updated, claimWritten: held != nil) }
             return updated
         }
     }
 
+    /// The claim of download `id` held in memory (``State/heldClaims``), for the next write
+    /// to save with its own change. Taken before the write (not inside it), so that a replay
+    /// of the write saves the claim again.
+    private func heldClaim(_ id: Int64) -> (store: any SoleWriterQueueStore, claim: HeldClaim)? {
+        guard let soleWriter = self.soleWriter, let claim = self.state.withLock({ $0.heldClaims[id] }) else { return nil }
+        return (soleWriter, claim)
+    }
+
+    private func saved(_ row: StoredDownload, claimWritten: Bool) {
+        self.state.withLock { state in
+            if claimWritten, let id = row.id { state.heldClaims[id] = nil }
+            state.saved(row)
+        }
+    }
+
+    /// Writes the claim of running download `id` if it is still held in memory: before a step
+    /// that reads the download's row from the store.
+    func saveHeldClaim(_ id: Int64) throws {
+        dispatchPrecondition(condition: .onQueue(self.work))
+        guard self.heldClaim(id) != nil else { return }
+        try self.updateDownload(id: id) { _ in }
+    }
+
     /// Changes many downloads in one transaction; `change` says whether it changed the row.
     func updateDownloads(ids: [Int64], _ change: @escaping @Sendable (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
-        try self.recorded(ids) {
+        // `change` sees the rows as stored: claims held in memory are written first.
+        for id in ids { try self.saveHeldClaim(id) }
+        return try self.recorded(ids) {
             let changed = try self.store.updateDownloads(ids: ids, change)
             self.state.withLock { state in
                 for row in changed { state.saved(row) }
@@ -79,8 +107,17 @@ extension DownloadQueue {
     }
 
     /// Claims waiting download `claim.downloadID` for this daemon (see ``QueueStore/claim(_:_:)``).
+    /// A sole-writer store's claim is decided and held in memory (``State/heldClaims``), not
+    /// written: the download's next write saves it.
     func claimDownload(_ claim: QueueClaim, _ change: @escaping @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
-        try self.recorded([claim.downloadID], holds: { if case .claimed = $0 { true } else { false } }) {
+        if let soleWriter = self.soleWriter {
+            let (outcome, stored) = try soleWriter.claimUnsaved(claim, change)
+            if case .claimed(let claimed, _, _) = outcome, let stored {
+                self.state.withLock { $0.heldClaims[claim.downloadID] = HeldClaim(claimed: claimed, stored: stored) }
+            }
+            return outcome
+        }
+        return try self.recorded([claim.downloadID], holds: { if case .claimed = $0 { true } else { false } }) {
             try self.store.claim(claim, change)
         }
     }
@@ -88,7 +125,10 @@ extension DownloadQueue {
     func deleteDownload(id: Int64) throws {
         try self.recorded([id]) {
             try self.store.deleteDownload(id: id)
-            self.state.withLock { $0.index.remove(id: id) }
+            self.state.withLock { state in
+                state.index.remove(id: id)
+                state.heldClaims[id] = nil
+            }
         }
     }
 

@@ -28,11 +28,15 @@ extension DownloadQueue {
         for run in runs { run.stop(.pause) }
     }
 
-    /// The ends of runs whose slots were given back before they were recorded are saved by
-    /// the drain that gave them back, on `work`: done once what is queued there now is done.
+    /// The ends of runs whose slots were given back before they were recorded are saved on
+    /// `work` by a later drain: done once what is queued there now is done, and the ends
+    /// still waiting are recorded.
     func settle() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            self.work.async { continuation.resume() }
+            self.work.async {
+                self.recordEnds(all: true)
+                continuation.resume()
+            }
         }
     }
 
@@ -174,7 +178,6 @@ extension DownloadQueue {
             entry.notBefore = TransferCore.now() + 1
             return .retry(entry)
         }
-        self.state.withLock { $0.saved(download) }
         let (previous, dropped) = takeover.withLock { $0 }
         if let previous, previous != me {
             if let point = download.resumePoint {
@@ -220,6 +223,8 @@ extension DownloadQueue {
                 transfer: transfer, run: run, stored: download, lease: lease,
                 leaseValidUntil: sentAt + self.configuration.leaseSeconds
             )
+            // Listed from now on with its live numbers: its entry needs no record.
+            $0.saved(download)
         }
         self.logger.debug("download \(id) starts at offset \(point?.offset ?? 0) from \(download.url.absoluteString) (lease \(lease))")
         self.publish(.changed(self.info(for: download)))
@@ -252,6 +257,16 @@ extension DownloadQueue {
             self.ended(id)
             return
         }
+        // A claim held in memory is saved with the write that records a placed file
+        // (``finish``); every other way on reads the row from the store: it is written first.
+        let placedFromMemory = if case .completed(let response, _) = outcome, (200..<300).contains(response.statusCode), running.stored.checksum == nil { true } else { false }
+        if !placedFromMemory {
+            do {
+                try self.saveHeldClaim(id)
+            } catch {
+                self.logger.error("cannot record the start of download \(id): \(error)")
+            }
+        }
         switch outcome {
         case .completed(let response, let total) where (200..<300).contains(response.statusCode):
             let url = response.url
@@ -264,8 +279,10 @@ extension DownloadQueue {
                     self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict, row: running.stored)
                     return
                 }
+                // The row as this queue has it: what a drain's batch wrote is not committed yet.
+                let row = running.stored
                 DispatchQueue.global().async {
-                    let verdict = self.verify(try? self.store.download(id: id), total: total)
+                    let verdict = self.verify(row, total: total)
                     self.work.async { self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict) }
                 }
                 return
@@ -290,13 +307,25 @@ extension DownloadQueue {
     }
 
     /// The slot of `id` is free; a download waiting again goes back to the scheduler. `row`:
-    /// the download as just saved on this queue, when the caller has it (no read).
+    /// the download as just saved through this queue (so in the index already), when the
+    /// caller has it; otherwise it is read.
     private func ended(_ id: Int64, row: StoredDownload? = nil) {
         self.freeSlot(id)
-        if let download = row ?? (try? self.store.download(id: id)) {
-            self.state.withLock { $0.saved(download) }
-            if download.state == .waiting, download.runner == nil { self.makeReady(Self.entry(for: download)) }
+        let download: StoredDownload
+        if let row {
+            download = row
+        } else {
+            let read = try? self.store.download(id: id)
+            self.state.withLock { state in
+                // A claim still held when the run is over was not saved (its write failed): the
+                // store's row is what the download is.
+                state.heldClaims[id] = nil
+                if let read { state.saved(read) }
+            }
+            guard let read else { return }
+            download = read
         }
+        if download.state == .waiting, download.runner == nil { self.makeReady(Self.entry(for: download)) }
     }
 
     /// A segmented download's map names bytes anywhere in the file: they go to the disk before

@@ -62,7 +62,8 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var transfer: TrackedTransfer
         var run: TransferRun
         var intent: StopIntent?
-        /// The row as last saved (kept by every write), for progress events without a store read.
+        /// The row as last saved (kept by every write), for progress events without a store
+        /// read; or as claimed, while the claim is held (``State/heldClaims``).
         var stored: StoredDownload
         /// The claim it runs under; every write of it goes with the lease.
         var lease: QueueLease
@@ -96,9 +97,24 @@ public final class DownloadQueue: TransferOwner, Sendable {
         /// Downloads whose run ended and whose slot the core has back already, while their end
         /// is being recorded (``freeSlot(_:)`` then has nothing to give back).
         var slotsFreedEarly: Set<Int64> = []
+        /// With a sole-writer store, claims not written yet: the row as claimed, and as the
+        /// store still has it (waiting). The download's next write saves both
+        /// (`DownloadQueue+Store`); a fleet's claims are always written at once.
+        var heldClaims: [Int64: HeldClaim] = [:]
+        /// Ends of runs not recorded yet: a busy drain leaves them to the next one
+        /// (``DownloadQueue/recordEnds()``).
+        var unrecordedEnds: [WorkEvent] = []
+    }
+
+    struct HeldClaim {
+        var claimed: StoredDownload
+        var stored: StoredDownload
     }
 
     package let store: any QueueStore
+    /// The store as one only this daemon writes (the embedded one): claims are held in memory
+    /// until the download's next write. `nil` for a fleet's shared store.
+    let soleWriter: (any SoleWriterQueueStore)?
     let configuration: Configuration
     let logger: Logger
     let core: TransferCore
@@ -113,6 +129,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// Loads the saved settings (or defaults) and makes them the core's shared limits.
     public init(store: any QueueStore, core: TransferCore, configuration: Configuration, logger: Logger) throws {
         self.store = store
+        self.soleWriter = store.isShared ? nil : store as? any SoleWriterQueueStore
         self.configuration = configuration
         self.logger = logger
         self.core = core
@@ -243,7 +260,11 @@ public final class DownloadQueue: TransferOwner, Sendable {
     }()
 
     public func download(id: Int64) async throws -> QueuedDownloadInfo {
-        try await self.onWork { try self.info(for: self.existing(id)) }
+        try await self.onWork {
+            // A running download as the queue has it (its claim may not be written yet).
+            if let running = self.state.withLock({ $0.running[id]?.stored }) { return self.info(for: running) }
+            return try self.info(for: self.existing(id))
+        }
     }
 
     public var settings: QueueSettings { self.state.withLock { $0.settings } }
@@ -274,7 +295,10 @@ public final class DownloadQueue: TransferOwner, Sendable {
         return info
     }
 
+    /// Download `id` as stored, for a change based on it: a claim held in memory is written
+    /// first.
     func existing(_ id: Int64) throws -> StoredDownload {
+        try self.saveHeldClaim(id)
         guard let download = try self.store.download(id: id), download.state != .removed else {
             throw DaemonError("no download with id \(id) (see 'haul ls')")
         }

@@ -63,7 +63,7 @@ struct DownloadQueueTests {
             urls: [server.url("/file/bad.iso?size=3000")], directory: nil, fileName: nil, checksum: "md5=\(wrong)", speedLimit: nil, priority: nil
         )
         let failed = try await harness.wait(for: added.id, .error)
-        #expect(failed.errorMessage?.contains("checksum mismatch: expected md5=\(wrong), got ") == true)
+        #expect(failed.errorMessage?.contains("checksum mismatch: expected md5=\(wrong), got ") == true, "\(failed.errorMessage ?? "")")
         #expect(!harness.files().contains("bad.iso"), "no file under the final name")
         #expect(failed.path?.hasSuffix(".haul-part") == true)
         // With the right checksum (sha1 this time) the same content is accepted.
@@ -205,11 +205,18 @@ struct DownloadQueueTests {
         await harness.close()
     }
 
-    @Test("A finished download whose end cannot be saved at all waits and runs again; it never stays active with nothing running it")
-    func unsavedEndRunsAgain() async throws {
+    @Test(
+        "A finished download whose end cannot be saved at all waits and runs again; it never stays active with nothing running it",
+        arguments: [false, true]
+    )
+    func unsavedEndRunsAgain(holdsClaims: Bool) async throws {
         let server = try await FaultInjectingHTTPServer.start()
-        // The batch holding download 1's end fails, and so does its replay.
-        let harness = try QueueHarness(store: { FlakyBatchStore($0, failUpdateBatches: [1], failingUpdates: [1]) })
+        // The batch holding download 1's end fails, and so does its replay. A store only this
+        // daemon writes holds the claim in memory: that write was to save the claim too.
+        let harness = try QueueHarness(store: { inner in
+            let flaky = FlakyBatchStore(inner, failUpdateBatches: [1], failingUpdates: [1])
+            return holdsClaims ? FlakySoleWriterStore(flaky) : flaky
+        })
         _ = try await harness.queue.set("max-concurrent", to: "1")
         let first = try await harness.queue.add(
             urls: [server.url("/file/u.bin?size=30000&seed=1")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
@@ -223,6 +230,54 @@ struct DownloadQueueTests {
         #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: 30_000, seed: 1))
         #expect(server.bodyBytesSent(forKey: "u.bin") == 60_000, "fetched again")
         #expect(!harness.files().contains { $0.hasSuffix(".haul-part") })
+        await harness.close()
+    }
+
+    @Test("A claim waits in memory for the download's next write: the store's row stays waiting until a pause or the end saves the claim with its own change")
+    func claimHeldUntilNextWrite() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        let store = try TransferStore.open(path: harness.storePath)
+        // Heads sent, bodies held: both run with no bytes yet, so nothing is checkpointed.
+        let ended = try await harness.queue.add(
+            urls: [server.url("/file/held1.bin?size=40000&seed=1&gate=g1")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        let paused = try await harness.queue.add(
+            urls: [server.url("/file/held2.bin?size=40000&seed=2&gate=g2")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        let pausedInBulk = try await harness.queue.add(
+            urls: [server.url("/file/held3.bin?size=40000&seed=3&gate=g2")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        for id in [ended.id, paused.id, pausedInBulk.id] {
+            _ = try await harness.wait(for: id, .active)
+            let row = try #require(try store.download(id: id))
+            #expect(row.state == .waiting && row.startedAt == nil && row.partialPath == nil, "claim held: \(row)")
+        }
+        // A pause reads the row: the claim is saved first, then the pause over it (one
+        // download by its id, one in a list).
+        try await harness.queue.pause(id: paused.id)
+        #expect(try await harness.queue.pause(ids: [pausedInBulk.id]) == 1)
+        for id in [paused.id, pausedInBulk.id] {
+            _ = try await harness.wait(for: id, .paused)
+            try await Task.sleep(for: .milliseconds(100))
+            let row = try #require(try store.download(id: id))
+            #expect(row.state == .paused && row.startedAt != nil, "\(row)")
+        }
+        // The end's write saves the claim with it.
+        server.openGate("g1")
+        let done = try await harness.wait(for: ended.id, .complete)
+        let endedRow = try #require(try store.download(id: ended.id))
+        #expect(endedRow.state == .complete && endedRow.startedAt != nil && endedRow.currentURL != nil)
+        #expect(endedRow.finalPath == done.path && endedRow.partialPath == nil && endedRow.bytesDone == 40_000)
+        #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: 40_000, seed: 1))
+        // The paused ones resume, are claimed again and complete.
+        server.openGate("g2")
+        #expect(try await harness.queue.resume(ids: [paused.id, pausedInBulk.id]) == 2)
+        for (id, seed) in [(paused.id, UInt64(2)), (pausedInBulk.id, 3)] {
+            let resumed = try await harness.wait(for: id, .complete)
+            #expect(try TestContent.sha256Hex(ofFileAt: resumed.path!) == TestContent.sha256Hex(size: 40_000, seed: seed))
+            #expect(try store.download(id: id)?.state == .complete)
+        }
         await harness.close()
     }
 

@@ -142,6 +142,11 @@ final class FlakyBatchStore: QueueStore {
         }
     }
 
+    /// Whether this change of download `id` under a lease fails (see `inject`).
+    func injectsUpdateFailure(_ id: Int64) -> Bool {
+        self.inject(id, batches: self.failUpdateBatches, replays: self.failingUpdates)
+    }
+
     /// Inside a batch: marks it to fail when `id` is still in `set` (once per download).
     /// Outside: whether this call is to fail (a replay of a download in `replays`, once).
     private func inject(_ id: Int64, batches set: borrowing Mutex<Set<Int64>>, replays: borrowing Mutex<Set<Int64>>) -> Bool {
@@ -186,4 +191,55 @@ final class FlakyBatchStore: QueueStore {
     func deleteDownload(id: Int64) throws { try self.inner.deleteDownload(id: id) }
     func queueSettings() throws -> QueueSettings? { try self.inner.queueSettings() }
     func save(_ settings: QueueSettings) throws { try self.inner.save(settings) }
+}
+
+/// ``FlakyBatchStore`` as a store only this daemon writes: the queue holds its claims in
+/// memory and saves each with the download's next write, where the failures are injected as
+/// for any change under a lease.
+final class FlakySoleWriterStore: SoleWriterQueueStore {
+    let flaky: FlakyBatchStore
+
+    init(_ flaky: FlakyBatchStore) { self.flaky = flaky }
+
+    func claimUnsaved(_ claim: QueueClaim, _ change: (inout StoredDownload) throws -> Void) throws -> (QueueClaimOutcome, stored: StoredDownload?) {
+        try self.flaky.inner.claimUnsaved(claim, change)
+    }
+    func updateDownload(_ current: StoredDownload, stored: StoredDownload, _ change: (inout StoredDownload) throws -> Void) throws -> StoredDownload {
+        if let id = current.id, self.flaky.injectsUpdateFailure(id) { throw FlakyBatchStore.CommitFailed() }
+        return try self.flaky.inner.updateDownload(current, stored: stored, change)
+    }
+
+    func batch<T>(_ body: () throws -> T) throws -> T { try self.flaky.batch(body) }
+    var storeDescription: String { self.flaky.storeDescription }
+    var isShared: Bool { self.flaky.isShared }
+    func download(id: Int64) throws -> StoredDownload? { try self.flaky.download(id: id) }
+    func forEachDownload(_ body: (StoredDownload) throws -> Void) throws { try self.flaky.forEachDownload(body) }
+    func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        try self.flaky.updateDownload(id: id, change)
+    }
+    func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        try self.flaky.updateDownload(id: id, lease: lease, release: release, change)
+    }
+    func confirmLease(id: Int64, lease: QueueLease) throws { try self.flaky.confirmLease(id: id, lease: lease) }
+    func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
+        try self.flaky.claim(claim, change)
+    }
+    func renewLeases(_ leases: [Int64: QueueLease], seconds: Double) throws -> Set<Int64> { try self.flaky.renewLeases(leases, seconds: seconds) }
+    func reclaimExpiredLeases() throws -> [(download: StoredDownload, previousHolder: String)] { try self.flaky.reclaimExpiredLeases() }
+    func heartbeat(daemon: String, pid: Int32, startedAt: Date, liveSeconds: Double) throws -> [DaemonPresence] {
+        try self.flaky.heartbeat(daemon: daemon, pid: pid, startedAt: startedAt, liveSeconds: liveSeconds)
+    }
+    func leave(daemon: String) throws { try self.flaky.leave(daemon: daemon) }
+    func observeChanges(_ handler: @escaping @Sendable (QueueStoreChange) -> Void) -> (any QueueStoreObservation)? {
+        self.flaky.observeChanges(handler)
+    }
+    func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
+        try self.flaky.updateDownloads(ids: ids, change)
+    }
+    func insert(_ downloads: [StoredDownload]) throws -> [StoredDownload] { try self.flaky.insert(downloads) }
+    func reviveInterruptedDownloads(of daemon: String) throws { try self.flaky.reviveInterruptedDownloads(of: daemon) }
+    func purgeFinishedDownloads() throws -> Int { try self.flaky.purgeFinishedDownloads() }
+    func deleteDownload(id: Int64) throws { try self.flaky.deleteDownload(id: id) }
+    func queueSettings() throws -> QueueSettings? { try self.flaky.queueSettings() }
+    func save(_ settings: QueueSettings) throws { try self.flaky.save(settings) }
 }
