@@ -54,13 +54,15 @@ extension DownloadQueue {
     /// Handles everything in the inbox (on `work`).
     ///
     /// With the embedded store, in two steps, each one batch: first the slots of the runs that
-    /// ended are given back to the core and the downloads it starts in them are claimed, saved
-    /// and launched; then the ends are recorded (verified, placed, saved) while those new runs
-    /// already transfer on the engine's loop. In one step, a queue of small files went in
-    /// lockstep: the loop waited for the queue's thread to record four ends and claim four
-    /// starts, then the queue's thread waited for the loop to run them (200 × 64 KiB on tmpfs:
-    /// each thread busy half of the time). A fleet's store keeps the one step: its claims count
-    /// the host's active rows, which must not still include the runs that ended.
+    /// ended are given back to the core and the downloads it starts in them are claimed (held in
+    /// memory, see `DownloadQueue+Store`) and launched; then the ends are recorded (verified,
+    /// placed, saved) while those new runs already transfer on the engine's loop: at once, or
+    /// with a later drain's ends while more events are on their way. In one step, a queue of
+    /// small files went in lockstep: the loop waited for the queue's thread to record four ends
+    /// and claim four starts, then the queue's thread waited for the loop to run them (200 × 64
+    /// KiB on tmpfs: each thread busy half of the time). A fleet's store keeps the one step:
+    /// its claims count the host's active rows, which must not still include the runs that
+    /// ended.
     private func drainInbox() {
         dispatchPrecondition(condition: .onQueue(self.work))
         let events = self.state.withLock { state -> [WorkEvent] in
