@@ -198,5 +198,19 @@ struct DownloadRecordTests {
         #expect(index.stateCounts == [.paused: 2, .waiting: 1])
         // The record follows the latest put.
         #expect(String(decoding: index.entry(id: 3)!.record.bytes, as: UTF8.self).contains("\"state\":\"waiting\""))
+        // Records and search texts are made when first listed or searched and kept; a put
+        // replaces them, prepared or not (a running download's entry keeps none).
+        #expect(index.page(QueuePage(search: "file1.iso")).entries.map(\.id) == [1])
+        #expect(String(decoding: index.record(id: 1)!.bytes, as: UTF8.self).contains("file1.ISO"))
+        for prepared in [true, false] {
+            index.put(Self.info(id: 1, name: prepared ? "renamed.bin" : "running.bin", state: prepared ? .paused : .active), prepared: prepared)
+            let name = prepared ? "renamed.bin" : "running.bin"
+            #expect(index.page(QueuePage(search: "file1.iso")).total == 0)
+            #expect(index.page(QueuePage(search: name)).entries.map(\.id) == [1])
+            let listed = index.page(QueuePage(limit: 1)).entries.first!
+            #expect(String(decoding: listed.record.bytes, as: UTF8.self).contains(name))
+            #expect(String(decoding: index.record(id: 1)!.bytes, as: UTF8.self).contains(name))
+        }
+        #expect(index.record(id: 2) == nil)
     }
 }

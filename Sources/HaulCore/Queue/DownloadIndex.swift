@@ -1,9 +1,10 @@
 import Foundation
 
 /// Every download of the queue in memory, oldest first, each as its state, its search text
-/// and its JSON record: what lists, counts and "every paused one" are answered from, so that
-/// none of them reads the store or encodes 10,000 downloads. The store stays the durable copy;
-/// its one writer puts every row it saves here.
+/// and its JSON record (those two made when first needed, then kept): what lists, counts and
+/// "every paused one" are answered from, so that none of them reads the store or encodes
+/// 10,000 downloads again. The store stays the durable copy; its one writer puts every row it
+/// saves here.
 ///
 /// A value type with no I/O: `put` after every saved change, `remove` after every delete.
 /// Ids ascend with age (the store's row ids), so adding is an append and finding is a binary
@@ -12,18 +13,18 @@ public struct DownloadIndex: Sendable {
     public struct Entry: Sendable {
         public var id: Int64
         public var state: QueuedDownloadState
-        /// File name and URLs, lowercased, for ``QueuePage/search``; `nil` when put without
-        /// (see ``DownloadIndex/put(_:prepared:)``).
+        /// Whether the record and search text, once made, are kept (see
+        /// ``DownloadIndex/put(_:prepared:)``).
+        var keepsPrepared: Bool
+        /// File name and URLs, lowercased, for ``QueuePage/search``, once a search needed it.
         var preparedSearchText: String?
-        /// The JSON record as written when put; `nil` when put without.
+        /// The JSON record, once a list needed it.
         var preparedRecord: DownloadRecord?
         /// The download as the record says it (for answers in other shapes: the RPC's status).
         public var info: QueuedDownloadInfo
 
         /// The download's JSON record for lists.
         public var record: DownloadRecord { self.preparedRecord ?? DownloadRecord(self.info) }
-
-        var searchText: String { self.preparedSearchText ?? DownloadIndex.searchText(self.info) }
     }
 
     public private(set) var entries: [Entry] = []
@@ -36,18 +37,13 @@ public struct DownloadIndex: Sendable {
     public var count: Int { self.entries.count }
 
     /// Adds `info` or replaces the entry with its id. With `prepared`, its JSON record and
-    /// search text are made now, once for every list that shows it; without, on each request:
-    /// for a running download, whose row changes as it starts and checkpoints while lists show
-    /// its live numbers instead (a record and a lowercased search text per change, for
-    /// nothing).
+    /// search text are made when a list or a search first needs them, and kept for every later
+    /// one (most finished downloads are never listed one by one: making them as each ended was
+    /// a twentieth of a small file's bookkeeping, and of a restart's). Without, they are made
+    /// for each request and not kept: for a running download, whose row changes as it starts
+    /// and checkpoints while lists show its live numbers instead.
     public mutating func put(_ info: QueuedDownloadInfo, prepared: Bool = true) {
-        let entry = Entry(
-            id: info.id,
-            state: info.state,
-            preparedSearchText: prepared ? Self.searchText(info) : nil,
-            preparedRecord: prepared ? DownloadRecord(info) : nil,
-            info: info
-        )
+        let entry = Entry(id: info.id, state: info.state, keepsPrepared: prepared, info: info)
         self.counts[entry.state, default: 0] += 1
         if !info.gid.isEmpty { self.gids[info.gid] = info.id }
         if let last = self.entries.last, last.id >= info.id {
@@ -144,10 +140,42 @@ public struct DownloadIndex: Sendable {
         self.entries.lazy.filter { states.contains($0.state) }.map(\.id)
     }
 
-    /// The entries of one page and how many match the page's filter in all. Without a search
-    /// the total comes from the counts and the walk stops at the page's end, so a small page
-    /// or a count (`limit` 0) costs the same at 10 downloads or 100,000.
-    public func page(_ page: QueuePage) -> (entries: [Entry], total: Int) {
+    /// The JSON record of download `id` (made now and kept, the first time), or `nil` when
+    /// there is no such download.
+    public mutating func record(id: Int64) -> DownloadRecord? {
+        let position = self.position(of: id)
+        guard position < self.entries.count, self.entries[position].id == id else { return nil }
+        return self.prepareRecord(at: position)
+    }
+
+    private mutating func prepareRecord(at position: Int) -> DownloadRecord {
+        if let record = self.entries[position].preparedRecord { return record }
+        let record = DownloadRecord(self.entries[position].info)
+        if self.entries[position].keepsPrepared { self.entries[position].preparedRecord = record }
+        return record
+    }
+
+    private mutating func prepareSearchText(at position: Int) -> String {
+        if let text = self.entries[position].preparedSearchText { return text }
+        let text = Self.searchText(self.entries[position].info)
+        if self.entries[position].keepsPrepared { self.entries[position].preparedSearchText = text }
+        return text
+    }
+
+    /// The entries of one page, their records made (and kept, see ``put(_:prepared:)``), and
+    /// how many match the page's filter in all. Without a search the total comes from the
+    /// counts and the walk stops at the page's end, so a small page or a count (`limit` 0)
+    /// costs the same at 10 downloads or 100,000.
+    public mutating func page(_ page: QueuePage) -> (entries: [Entry], total: Int) {
+        let (positions, total) = self.positions(page)
+        return (positions.map { position in
+            _ = self.prepareRecord(at: position)
+            return self.entries[position]
+        }, total)
+    }
+
+    /// The positions in ``entries`` of one page, and how many match in all.
+    private mutating func positions(_ page: QueuePage) -> (positions: [Int], total: Int) {
         let states = page.states.map(Set.init) ?? Set(QueuedDownloadState.allCases).subtracting([.removed])
         var wanted = [Bool](repeating: false, count: QueuedDownloadState.allCases.count)
         for state in states { wanted[state.ordinal] = true }
@@ -155,22 +183,22 @@ public struct DownloadIndex: Sendable {
         let limit = page.limit ?? Int.max
         let end = page.offset.addingReportingOverflow(limit)
         let pageEnd = end.overflow ? Int.max : end.partialValue
-        var selected: [Entry] = []
+        var selected: [Int] = []
         if search.isEmpty {
             let total = states.reduce(0) { $0 + (self.counts[$1] ?? 0) }
             guard page.offset < total, limit > 0 else { return ([], total) }
             selected.reserveCapacity(Swift.min(limit, total - page.offset))
             var matched = 0
-            for entry in self.entries where wanted[entry.state.ordinal] {
-                if matched >= page.offset { selected.append(entry) }
+            for position in self.entries.indices where wanted[self.entries[position].state.ordinal] {
+                if matched >= page.offset { selected.append(position) }
                 matched += 1
                 if matched >= pageEnd { break }
             }
             return (selected, total)
         }
         var total = 0
-        for entry in self.entries where wanted[entry.state.ordinal] && entry.searchText.contains(search) {
-            if total >= page.offset, total < pageEnd { selected.append(entry) }
+        for position in self.entries.indices where wanted[self.entries[position].state.ordinal] && self.prepareSearchText(at: position).contains(search) {
+            if total >= page.offset, total < pageEnd { selected.append(position) }
             total += 1
         }
         return (selected, total)

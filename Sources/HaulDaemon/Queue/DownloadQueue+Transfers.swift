@@ -553,7 +553,7 @@ extension DownloadQueue {
                 download.segments = nil
                 download.totalBytes = total
                 download.finalPath = finalPath
-                download.fileName = (finalPath as NSString).lastPathComponent
+                download.fileName = finalPath.split(separator: "/", omittingEmptySubsequences: false).last.map(String.init)
                 download.partialPath = nil
                 download.errorMessage = nil
                 download.errorCode = nil

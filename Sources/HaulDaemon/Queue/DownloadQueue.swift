@@ -249,7 +249,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// The JSON records of `infos` as the list has them (written once, when they changed).
     public func records(of infos: [QueuedDownloadInfo]) -> [DownloadRecord] {
         self.state.withLock { state in
-            infos.map { state.index.entry(id: $0.id)?.record ?? DownloadRecord($0) }
+            infos.map { state.index.record(id: $0.id) ?? DownloadRecord($0) }
         }
     }
 
