@@ -118,12 +118,20 @@ public protocol SoleWriterQueueStore: QueueStore {
     func updateDownload(_ current: StoredDownload, stored: StoredDownload, _ change: (inout StoredDownload) throws -> Void) throws -> StoredDownload
 }
 
-extension TransferStore: SoleWriterQueueStore {
-    public func claimUnsaved(_ claim: QueueClaim, _ change: (inout StoredDownload) throws -> Void) throws -> (QueueClaimOutcome, stored: StoredDownload?) {
-        guard let stored = try self.download(id: claim.downloadID), stored.state == .waiting else { return (.notWaiting, nil) }
+extension QueueClaim {
+    /// The claim decided on `stored`, the download's row as a sole-writer store has it (`nil`:
+    /// there is none), written nowhere (``SoleWriterQueueStore/claimUnsaved(_:_:)``).
+    public func decided(on stored: StoredDownload?, _ change: (inout StoredDownload) throws -> Void) throws -> (QueueClaimOutcome, stored: StoredDownload?) {
+        guard let stored, stored.state == .waiting else { return (.notWaiting, nil) }
         var claimed = stored
         try change(&claimed)
-        return (.claimed(claimed, QueueLease(daemon: claim.daemon, generation: 0), connections: claim.connections), stored)
+        return (.claimed(claimed, QueueLease(daemon: self.daemon, generation: 0), connections: self.connections), stored)
+    }
+}
+
+extension TransferStore: SoleWriterQueueStore {
+    public func claimUnsaved(_ claim: QueueClaim, _ change: (inout StoredDownload) throws -> Void) throws -> (QueueClaimOutcome, stored: StoredDownload?) {
+        try claim.decided(on: self.download(id: claim.downloadID), change)
     }
 
     public func updateDownload(_ current: StoredDownload, stored: StoredDownload, _ change: (inout StoredDownload) throws -> Void) throws -> StoredDownload {

@@ -160,8 +160,13 @@ extension DownloadQueue {
         self.state.withLock { $0.effects = DrainEffects() }
         var handled: [WorkEvent] = []
         var saved = true
+        // Starts whose rows the queue keeps read nothing and write nothing (their claims are
+        // held): no transaction, which was half of what such a drain cost.
+        let touchesStore = self.soleWriter == nil || !self.state.withLock { state in
+            events.allSatisfy { if case .start(let entry) = $0 { state.waitingRows.contains(entry.id.number) } else { false } }
+        }
         do {
-            try self.store.batch {
+            try self.batchIf(touchesStore) {
                 while !events.isEmpty {
                     for event in events { self.handle(event) }
                     handled += events
@@ -191,6 +196,11 @@ extension DownloadQueue {
         if holdingChanges { return effects.changes }
         for change in effects.changes { self.publish(change) }
         return []
+    }
+
+    /// `body` in one store batch, or as it is (each store call its own transaction).
+    private func batchIf(_ batched: Bool, _ body: () throws -> Void) throws {
+        if batched { try self.store.batch(body) } else { try body() }
     }
 
     private func handle(_ event: WorkEvent) {

@@ -35,7 +35,10 @@ extension DownloadQueue {
         try self.recorded([]) {
             let inserted = try self.store.insert(rows)
             self.state.withLock { state in
-                for row in inserted { state.index.put(row.info) }
+                for row in inserted {
+                    state.index.put(row.info)
+                    state.waitingRows.saved(row)
+                }
             }
             return inserted
         }
@@ -111,7 +114,8 @@ extension DownloadQueue {
     /// written: the download's next write saves it.
     func claimDownload(_ claim: QueueClaim, _ change: @escaping @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
         if let soleWriter = self.soleWriter {
-            let (outcome, stored) = try soleWriter.claimUnsaved(claim, change)
+            let cached = self.state.withLock { $0.waitingRows.take(claim.downloadID) }
+            let (outcome, stored) = try cached.map { try claim.decided(on: $0, change) } ?? soleWriter.claimUnsaved(claim, change)
             if case .claimed(let claimed, _, _) = outcome, let stored {
                 self.state.withLock { $0.heldClaims[claim.downloadID] = HeldClaim(claimed: claimed, stored: stored) }
             }
@@ -128,6 +132,7 @@ extension DownloadQueue {
             self.state.withLock { state in
                 state.index.remove(id: id)
                 state.heldClaims[id] = nil
+                state.waitingRows.remove(id)
             }
         }
     }
@@ -145,10 +150,13 @@ extension DownloadQueue {
 }
 
 extension DownloadQueue.State {
-    /// A saved row replaces the index's entry and a running download's copy. A running
-    /// download's entry is put without its record (lists show its live numbers); the row saved
-    /// as it stops running is put with one.
+    /// A saved row (or one read from the store) replaces the index's entry, a running
+    /// download's copy and the kept row of a waiting one. A running download's entry is put
+    /// without its record (lists show its live numbers); the row saved as it stops running is
+    /// put with one. A claimed row held in memory (not written yet) is not waiting: it only
+    /// drops the kept one.
     mutating func saved(_ row: StoredDownload) {
+        self.waitingRows.saved(row)
         guard let id = row.id, self.running[id] != nil else { return self.index.put(row.info) }
         self.index.put(row.info, prepared: false)
         self.running[id]!.stored = row

@@ -101,6 +101,8 @@ public final class DownloadQueue: TransferOwner, Sendable {
         /// store still has it (waiting). The download's next write saves both
         /// (`DownloadQueue+Store`); a fleet's claims are always written at once.
         var heldClaims: [Int64: HeldClaim] = [:]
+        /// With a sole-writer store, rows of waiting downloads for claims without a read.
+        var waitingRows: WaitingRowCache
         /// Ends of runs not recorded yet: a busy drain leaves them to the next one
         /// (``DownloadQueue/recordEnds()``).
         var unrecordedEnds: [WorkEvent] = []
@@ -134,7 +136,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         self.logger = logger
         self.core = core
         let settings = try store.queueSettings() ?? QueueSettings(defaultDirectory: configuration.defaultDirectory)
-        self.state = Mutex(State(settings: settings))
+        self.state = Mutex(State(settings: settings, waitingRows: WaitingRowCache(limit: self.soleWriter == nil ? 0 : Self.waitingRowsKept)))
         core.register(self, for: .queue)
         core.setLimits(self.limits(for: settings))
     }
@@ -151,17 +153,25 @@ public final class DownloadQueue: TransferOwner, Sendable {
         return limits
     }
 
+    /// How many rows of waiting downloads a sole-writer store's queue keeps for its claims.
+    static let waitingRowsKept = 4096
+
     /// Continues what a previous daemon left active and hands every waiting download to the
     /// core's scheduler.
     public func start() throws {
         try self.store.reviveInterruptedDownloads(of: self.configuration.daemonName)
         var index = DownloadIndex()
+        var waitingRows = self.state.withLock { $0.waitingRows }
         var waiting: [TransferScheduler.Entry] = []
         try self.store.forEachDownload { row in
             index.put(row.info)
+            waitingRows.saved(row)
             if row.state == .waiting { waiting.append(Self.entry(for: row)) }
         }
-        self.state.withLock { $0.index = index }
+        self.state.withLock { state in
+            state.index = index
+            state.waitingRows = waitingRows
+        }
         self.core.enqueue(waiting)
         self.startFleet()
     }

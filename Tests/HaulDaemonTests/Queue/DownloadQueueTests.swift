@@ -281,6 +281,32 @@ struct DownloadQueueTests {
         await harness.close()
     }
 
+    @Test("A waiting download's row kept for its claim follows every change: the run fetches the URL it was changed to, and the store keeps the change")
+    func keptRowFollowsChanges() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        _ = try await harness.queue.set("max-concurrent", to: "1")
+        // The first holds the one slot (its body held at a gate); the second waits, its row kept.
+        let first = try await harness.queue.add(
+            urls: [server.url("/file/k1.bin?size=30000&seed=1&gate=k")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        let old = server.url("/file/kold.bin?size=30000&seed=2")
+        let second = try await harness.queue.add(urls: [old], directory: nil, fileName: "k2.bin", checksum: nil, speedLimit: nil, priority: nil)
+        _ = try await harness.wait(for: first.id, .active)
+        #expect(try await harness.queue.download(id: second.id).state == .waiting)
+        let new = server.url("/file/knew.bin?size=30000&seed=3")
+        let changed = try await harness.queue.changeURIs(id: second.id, delete: [old.absoluteString], add: [new.absoluteString], position: nil)
+        #expect(changed.deleted == 1 && changed.added == 1)
+        server.openGate("k")
+        let done = try await harness.wait(for: second.id, .complete)
+        #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: 30_000, seed: 3), "the changed URL's bytes")
+        #expect(server.bodyBytesSent(forKey: "kold.bin") == 0)
+        let row = try #require(try TransferStore.open(path: harness.storePath).download(id: second.id))
+        #expect(row.urls == [new] && row.state == .complete)
+        _ = try await harness.wait(for: first.id, .complete)
+        await harness.close()
+    }
+
     @Test("Concurrency limits hold, also when lowered while downloads run")
     func concurrencyLimits() async throws {
         let server = try await FaultInjectingHTTPServer.start()
