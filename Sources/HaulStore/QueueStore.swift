@@ -107,20 +107,21 @@ public protocol QueueStore: Sendable {
 /// wait again (``QueueStore/reviveInterruptedDownloads(of:)``), and a claim not yet written
 /// leaves the row waiting already.
 public protocol SoleWriterQueueStore: QueueStore {
-    /// Decides the claim as ``QueueStore/claim(_:_:)`` does, on the row as stored, and writes
-    /// nothing. With `.claimed`, also returns the row as it is stored, for the write that
-    /// saves the claim later (``updateDownload(_:stored:_:)``).
-    func claimUnsaved(_ claim: QueueClaim, _ change: (inout StoredDownload) throws -> Void) throws -> (QueueClaimOutcome, stored: StoredDownload?)
-
     /// Applies `change` to `current`, the queue's copy of a download that has changes not yet
     /// written, and saves the columns that differ from `stored`, the row as the store has it.
     /// No read: nothing but this daemon writes the row. Returns the row as saved.
     func updateDownload(_ current: StoredDownload, stored: StoredDownload, _ change: (inout StoredDownload) throws -> Void) throws -> StoredDownload
+
+    /// Up to `limit` waiting downloads from id `id` on, in id order: one read for the rows of
+    /// the next claims (the queue keeps them, see `WaitingRowCache`).
+    func waitingDownloads(from id: Int64, limit: Int) throws -> [StoredDownload]
 }
 
 extension QueueClaim {
     /// The claim decided on `stored`, the download's row as a sole-writer store has it (`nil`:
-    /// there is none), written nowhere (``SoleWriterQueueStore/claimUnsaved(_:_:)``).
+    /// there is none, or it does not wait), as ``QueueStore/claim(_:_:)`` decides it, and
+    /// written nowhere: with `.claimed`, also `stored`, for the write that saves the claim
+    /// later (``SoleWriterQueueStore/updateDownload(_:stored:_:)``).
     public func decided(on stored: StoredDownload?, _ change: (inout StoredDownload) throws -> Void) throws -> (QueueClaimOutcome, stored: StoredDownload?) {
         guard let stored, stored.state == .waiting else { return (.notWaiting, nil) }
         var claimed = stored
@@ -130,10 +131,6 @@ extension QueueClaim {
 }
 
 extension TransferStore: SoleWriterQueueStore {
-    public func claimUnsaved(_ claim: QueueClaim, _ change: (inout StoredDownload) throws -> Void) throws -> (QueueClaimOutcome, stored: StoredDownload?) {
-        try claim.decided(on: self.download(id: claim.downloadID), change)
-    }
-
     public func updateDownload(_ current: StoredDownload, stored: StoredDownload, _ change: (inout StoredDownload) throws -> Void) throws -> StoredDownload {
         var download = current
         try change(&download)

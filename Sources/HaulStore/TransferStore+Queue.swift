@@ -74,6 +74,16 @@ extension TransferStore {
         }
     }
 
+    public func waitingDownloads(from id: Int64, limit: Int) throws -> [StoredDownload] {
+        try self.read { db in
+            let statement = try db.cachedStatement(sql: "SELECT \(StoredDownload.selectedColumns) FROM \(StoredDownload.databaseTableName) WHERE id >= ? AND state = 'waiting' ORDER BY id LIMIT ?")
+            try statement.setArguments([id, limit])
+            var rows: [StoredDownload] = []
+            try Self.forEachRow(of: statement, db) { rows.append($0) }
+            return rows
+        }
+    }
+
     /// Changes a download under the write lock: `change` sees the stored row, not a stale copy.
     /// Returns the saved row, or `nil` when there is no such download.
     @discardableResult

@@ -194,6 +194,27 @@ struct TransferStoreTests {
         #expect(try store.download(id: existing)?.bytesDone == 0, "the refused change is not saved")
     }
 
+    @Test("The rows of the next waiting downloads come in id order from an id on, waiting ones only, at most as many as asked; an update from a kept row writes what changed since it")
+    func waitingRowsAndUpdatesFromKeptRows() throws {
+        let store = try TransferStore.inMemory()
+        let rows = (0..<6).map { StoredDownload(urls: [URL(string: "http://127.0.0.1/w\($0)")!], directory: "/d", requestedName: "w\($0)", checksum: nil, priority: 0, speedLimit: 0) }
+        let ids = try store.insert(rows).map { $0.id! }
+        try store.updateDownload(id: ids[2]) { $0.state = .paused }
+        #expect(try store.waitingDownloads(from: ids[1], limit: 3).map(\.id) == [ids[1], ids[3], ids[4]])
+        #expect(try store.waitingDownloads(from: ids[5], limit: 10).map(\.requestedName) == ["w5"])
+        #expect(try store.waitingDownloads(from: ids[5] + 1, limit: 10).isEmpty)
+        // A claim held in memory, saved by the next write with its own change.
+        let stored = try #require(try store.download(id: ids[0]))
+        var claimed = stored
+        claimed.state = .active
+        claimed.partialPath = "/d/w0.part"
+        let saved = try store.updateDownload(claimed, stored: stored) { $0.bytesDone = 7 }
+        #expect(saved.state == .active && saved.bytesDone == 7)
+        let read = try #require(try store.download(id: ids[0]))
+        #expect(read.state == .active && read.partialPath == "/d/w0.part" && read.bytesDone == 7)
+        #expect(try store.waitingDownloads(from: ids[0], limit: 1).map(\.id) == [ids[1]])
+    }
+
     @Test("A batch whose body throws saves nothing")
     func failedBatchSavesNothing() throws {
         let store = try TransferStore.inMemory()

@@ -114,8 +114,17 @@ extension DownloadQueue {
     /// written: the download's next write saves it.
     func claimDownload(_ claim: QueueClaim, _ change: @escaping @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
         if let soleWriter = self.soleWriter {
-            let cached = self.state.withLock { $0.waitingRows.take(claim.downloadID) }
-            let (outcome, stored) = try cached.map { try claim.decided(on: $0, change) } ?? soleWriter.claimUnsaved(claim, change)
+            var row = self.state.withLock { $0.waitingRows.take(claim.downloadID) }
+            if row == nil {
+                // Not kept: the rows of the downloads after it are read with its own, for the
+                // claims that follow (a queue starts them in id order unless told otherwise).
+                let rows = try soleWriter.waitingDownloads(from: claim.downloadID, limit: Self.waitingRowsRead)
+                row = rows.first { $0.id == claim.downloadID }
+                self.state.withLock { state in
+                    for other in rows where other.id != claim.downloadID { state.waitingRows.saved(other) }
+                }
+            }
+            let (outcome, stored) = try claim.decided(on: row, change)
             if case .claimed(let claimed, _, _) = outcome, let stored {
                 self.state.withLock { $0.heldClaims[claim.downloadID] = HeldClaim(claimed: claimed, stored: stored) }
             }

@@ -153,8 +153,10 @@ public final class DownloadQueue: TransferOwner, Sendable {
         return limits
     }
 
-    /// How many rows of waiting downloads a sole-writer store's queue keeps for its claims.
-    static let waitingRowsKept = 4096
+    /// How many rows of waiting downloads a sole-writer store's queue keeps for its claims
+    /// (~1.4 KiB each in memory), and how many a claim that finds its own missing reads.
+    package static let waitingRowsKept = 256
+    static let waitingRowsRead = 64
 
     /// Continues what a previous daemon left active and hands every waiting download to the
     /// core's scheduler.

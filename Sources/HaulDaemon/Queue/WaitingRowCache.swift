@@ -5,9 +5,9 @@ import HaulStore
 /// this daemon writes, every change of a row passes through the queue, which hands the row as
 /// saved (or as read) to ``saved(_:)``.
 ///
-/// A row is kept while it waits and while there is room (`limit` rows, ~600 bytes each: 4,096
-/// cost about 2.5 MiB); a claim takes it out. A value type with no I/O, owned by the queue's
-/// state.
+/// A row is kept while it waits and while there is room (`limit` rows, ~1.4 KiB each: 4,096
+/// took 10,000 waiting downloads from 61.5 to 67.2 MiB); a claim takes it out. A value type with
+/// no I/O, owned by the queue's state.
 struct WaitingRowCache {
     /// How many rows are kept at most; 0: none (a fleet's shared store, which other daemons
     /// change).

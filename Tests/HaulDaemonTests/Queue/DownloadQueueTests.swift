@@ -307,6 +307,24 @@ struct DownloadQueueTests {
         await harness.close()
     }
 
+    @Test("More waiting downloads than the queue keeps rows of: each is claimed once, from rows read ahead, and completes with its own bytes")
+    func moreWaitingThanKept() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        let count = DownloadQueue.waitingRowsKept + 44
+        let added = try await harness.queue.add((0..<count).map { index in
+            NewDownload(urls: [server.url("/file/m\(index).bin?size=\(100 + index)&seed=\(index)")])
+        })
+        for (index, info) in added.enumerated() {
+            let done = try await harness.wait(for: info.id, .complete)
+            #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: Int64(100 + index), seed: UInt64(index)))
+        }
+        for index in [0, count - 1] { #expect(server.bodyBytesSent(forKey: "m\(index).bin") == Int64(100 + index), "fetched once") }
+        let reopened = try TransferStore.open(path: harness.storePath)
+        #expect(try reopened.waitingDownloads(from: 0, limit: 1).isEmpty)
+        await harness.close()
+    }
+
     @Test("Concurrency limits hold, also when lowered while downloads run")
     func concurrencyLimits() async throws {
         let server = try await FaultInjectingHTTPServer.start()

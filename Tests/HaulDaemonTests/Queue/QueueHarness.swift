@@ -201,12 +201,13 @@ final class FlakySoleWriterStore: SoleWriterQueueStore {
 
     init(_ flaky: FlakyBatchStore) { self.flaky = flaky }
 
-    func claimUnsaved(_ claim: QueueClaim, _ change: (inout StoredDownload) throws -> Void) throws -> (QueueClaimOutcome, stored: StoredDownload?) {
-        try self.flaky.inner.claimUnsaved(claim, change)
-    }
     func updateDownload(_ current: StoredDownload, stored: StoredDownload, _ change: (inout StoredDownload) throws -> Void) throws -> StoredDownload {
         if let id = current.id, self.flaky.injectsUpdateFailure(id) { throw FlakyBatchStore.CommitFailed() }
         return try self.flaky.inner.updateDownload(current, stored: stored, change)
+    }
+
+    func waitingDownloads(from id: Int64, limit: Int) throws -> [StoredDownload] {
+        try self.flaky.inner.waitingDownloads(from: id, limit: limit)
     }
 
     func batch<T>(_ body: () throws -> T) throws -> T { try self.flaky.batch(body) }
