@@ -119,14 +119,12 @@ public protocol SoleWriterQueueStore: QueueStore {
 
 extension QueueClaim {
     /// The claim decided on `stored`, the download's row as a sole-writer store has it (`nil`:
-    /// there is none, or it does not wait), as ``QueueStore/claim(_:_:)`` decides it, and
-    /// written nowhere: with `.claimed`, also `stored`, for the write that saves the claim
-    /// later (``SoleWriterQueueStore/updateDownload(_:stored:_:)``).
-    public func decided(on stored: StoredDownload?, _ change: (inout StoredDownload) throws -> Void) throws -> (QueueClaimOutcome, stored: StoredDownload?) {
-        guard let stored, stored.state == .waiting else { return (.notWaiting, nil) }
-        var claimed = stored
+    /// there is none), as ``QueueStore/claim(_:_:)`` decides it, and written nowhere: the write
+    /// that saves it later is ``SoleWriterQueueStore/updateDownload(_:stored:_:)``.
+    public func decided(on stored: StoredDownload?, _ change: (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
+        guard var claimed = stored, claimed.state == .waiting else { return .notWaiting }
         try change(&claimed)
-        return (.claimed(claimed, QueueLease(daemon: self.daemon, generation: 0), connections: self.connections), stored)
+        return .claimed(claimed, QueueLease(daemon: self.daemon, generation: 0), connections: self.connections)
     }
 }
 

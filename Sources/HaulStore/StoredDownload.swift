@@ -5,7 +5,7 @@ import HaulCore
 
 /// One download of the download manager's queue, as the store records it. Its `id` is the id
 /// users see (`haul show 7`).
-public struct StoredDownload: Codable, Sendable, Hashable, MutablePersistableRecord {
+public struct StoredDownload: Codable, Sendable, Hashable, TableRecord {
     public static let databaseTableName = "queuedDownload"
 
     public var id: Int64?
@@ -83,7 +83,7 @@ public struct StoredDownload: Codable, Sendable, Hashable, MutablePersistableRec
     /// column by position (``selectedColumns``' order), straight off SQLite: several times
     /// faster than the `Decodable` path, which matters when the queue reloads 10,000
     /// downloads, and than a GRDB `Row`, which lowercases and hashes all 30 column names for
-    /// each row it is made for (twice per download a queue runs). ``columnValues`` is the
+    /// each row it is made for (twice per download a queue runs). ``columns`` is the
     /// writing side; the two must agree on the columns (the store tests read back what they
     /// wrote).
     init(statement: SQLiteStatement) throws {
@@ -180,10 +180,6 @@ public struct StoredDownload: Codable, Sendable, Hashable, MutablePersistableRec
         }
     }
 
-    public mutating func didInsert(_ inserted: InsertionSuccess) {
-        self.id = inserted.rowID
-    }
-
     /// One column of the row (every column but `id`): its name, the value written for a
     /// download, and whether two downloads differ in it, told from their fields (an update
     /// writes only the columns that changed, without making the values of the others).
@@ -201,15 +197,6 @@ public struct StoredDownload: Codable, Sendable, Hashable, MutablePersistableRec
             self.name = name
             self.stored = { written(field($0)).storedValue }
             self.differs = { field($0) != field($1) }
-        }
-
-        func value(_ download: StoredDownload) -> (any DatabaseValueConvertible)? {
-            switch self.stored(download) {
-            case .null: nil
-            case .integer(let value): value
-            case .real(let value): value
-            case .text(let value): value
-            }
         }
     }
 
@@ -247,13 +234,6 @@ public struct StoredDownload: Codable, Sendable, Hashable, MutablePersistableRec
         Column("startedAt", { $0.startedAt }, written: { $0.map(StoredDate.text) }),
         Column("finishedAt", { $0.finishedAt }, written: { $0.map(StoredDate.text) }),
     ]
-
-    /// Every column but `id`, with its value: what ``encode(to:)`` and the store's batch insert
-    /// write (column by column, not through `Encodable`, which was half the cost of adding
-    /// 10,000 downloads).
-    public var columnValues: [(name: String, value: (any DatabaseValueConvertible)?)] {
-        Self.columns.map { ($0.name, $0.value(self)) }
-    }
 
     /// The columns (positions in ``columns``) in which `self` differs from `original`.
     func changedColumns(since original: StoredDownload) -> ColumnSet {
@@ -312,13 +292,8 @@ public struct StoredDownload: Codable, Sendable, Hashable, MutablePersistableRec
         return String(decoding: (try? encoder.encode(value)) ?? Data("null".utf8), as: UTF8.self)
     }
 
-    /// The names of ``columnValues``, in their order.
+    /// The names of ``columns``, in their order.
     public static let columnNames: [String] = Self.columns.map(\.name)
-
-    public func encode(to container: inout PersistenceContainer) throws {
-        container["id"] = self.id
-        for (name, value) in self.columnValues { container[name] = value }
-    }
 
     /// The URL the next attempt requests.
     public var url: URL { self.urls[min(max(0, self.urlIndex), self.urls.count - 1)] }

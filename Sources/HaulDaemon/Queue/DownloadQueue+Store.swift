@@ -124,9 +124,9 @@ extension DownloadQueue {
                     for other in rows where other.id != claim.downloadID { state.waitingRows.saved(other) }
                 }
             }
-            let (outcome, stored) = try claim.decided(on: row, change)
-            if case .claimed(let claimed, _, _) = outcome, let stored {
-                self.state.withLock { $0.heldClaims[claim.downloadID] = HeldClaim(claimed: claimed, stored: stored) }
+            let outcome = try claim.decided(on: row, change)
+            if case .claimed(let claimed, _, _) = outcome, let row {
+                self.state.withLock { $0.heldClaims[claim.downloadID] = HeldClaim(claimed: claimed, stored: row) }
             }
             return outcome
         }
