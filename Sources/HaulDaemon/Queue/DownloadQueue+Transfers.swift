@@ -257,16 +257,8 @@ extension DownloadQueue {
             self.ended(id)
             return
         }
-        // A claim held in memory is saved with the write that records a placed file
-        // (``finish``); every other way on reads the row from the store: it is written first.
-        let placedFromMemory = if case .completed(let response, _) = outcome, (200..<300).contains(response.statusCode), running.stored.checksum == nil { true } else { false }
-        if !placedFromMemory {
-            do {
-                try self.saveHeldClaim(id)
-            } catch {
-                self.logger.error("cannot record the start of download \(id): \(error)")
-            }
-        }
+        // Every way on decides on the row as this queue has it (`running.stored`: a claim held in
+        // memory is in it) and saves the claim with its own write.
         switch outcome {
         case .completed(let response, let total) where (200..<300).contains(response.statusCode):
             let url = response.url
@@ -276,7 +268,7 @@ extension DownloadQueue {
                 // done off the serial queue, the slot stays taken.
                 guard running.run.nameFile() else {
                     let verdict = Verdict(message: "cannot name the partial file \(running.stored.partialPath ?? "") to verify its checksum")
-                    self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict, row: running.stored)
+                    self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict)
                     return
                 }
                 // The row as this queue has it: what a drain's batch wrote is not committed yet.
@@ -293,13 +285,13 @@ extension DownloadQueue {
             let row = running.stored
             let unnamed = running.run.takeUnnamedFile()
             let verdict = self.verify(row, total: total, unnamed: unnamed)
-            self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict, row: row, unnamed: unnamed)
+            self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict, unnamed: unnamed)
             return
         case .completed(let response, _):
             let error = URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "the server answered \(response.statusCode)"])
-            self.failed(id, transfer: transfer, lease: lease, failure: TransferFailure(error, serverStatus: response.statusCode), retryAfter: response.headers["Retry-After"], point: nil)
+            self.failed(id, row: running.stored, transfer: transfer, lease: lease, failure: TransferFailure(error, serverStatus: response.statusCode), retryAfter: response.headers["Retry-After"], point: nil)
         case .failed(let failure, let response, let point):
-            self.failed(id, transfer: transfer, lease: lease, failure: failure, retryAfter: response?.headers["Retry-After"], point: point)
+            self.failed(id, row: running.stored, transfer: transfer, lease: lease, failure: failure, retryAfter: response?.headers["Retry-After"], point: point)
         case .stopped(_, _, let point):
             self.stopped(id, intent: running.intent ?? .pause, transfer: transfer, lease: lease, partialPath: running.stored.partialPath, point: point)
         }
@@ -330,9 +322,9 @@ extension DownloadQueue {
 
     /// A segmented download's map names bytes anywhere in the file: they go to the disk before
     /// the map is recorded.
-    private func syncIfMapped(_ id: Int64, _ point: ResumePoint?) {
-        guard point?.mapped == true, let partial = try? self.store.download(id: id)?.partialPath else { return }
-        PartialFile.syncData(atPath: partial)
+    private func syncIfMapped(_ partialPath: String?, _ point: ResumePoint?) {
+        guard point?.mapped == true, let partialPath else { return }
+        PartialFile.syncData(atPath: partialPath)
     }
 
     private func stopped(_ id: Int64, intent: StopIntent, transfer: TrackedTransfer, lease: QueueLease, partialPath: String?, point: ResumePoint?) {
@@ -343,7 +335,7 @@ extension DownloadQueue {
                 try self.discard(id, partialPath: partialPath, deleteRow: deleteRow)
                 _ = try? self.updateDownload(id: id, lease: lease, release: true) { _ in }
             case .pause, .requeue, .shutdown:
-                self.syncIfMapped(id, point)
+                self.syncIfMapped(partialPath, point)
                 let url = transfer.currentURL
                 // A daemon of a fleet that stops hands its downloads to the others at once.
                 let handOver = self.store.isShared
@@ -364,8 +356,11 @@ extension DownloadQueue {
         }
     }
 
+    /// Run `id` failed: retried later, from the next mirror, or recorded as an error, decided
+    /// on `row`, the download as this queue has it.
     private func failed(
         _ id: Int64,
+        row download: StoredDownload,
         transfer: TrackedTransfer,
         lease: QueueLease,
         failure: TransferFailure,
@@ -375,7 +370,6 @@ extension DownloadQueue {
         self.state.withLock { _ = $0.running.removeValue(forKey: id) }
         let message = failure.error.localizedDescription
         do {
-            guard let download = try self.store.download(id: id) else { return }
             let decision = TransferOutcomePolicy(retryPolicy: self.configuration.retryPolicy).decide(
                 TransferOutcomePolicy.Failure(
                     attempt: download.failedAttempts + 1,
@@ -387,7 +381,7 @@ extension DownloadQueue {
                 randomUnit: Double.random(in: 0..<1)
             )
             let url = transfer.currentURL
-            self.syncIfMapped(id, point)
+            self.syncIfMapped(download.partialPath, point)
             let updated = try self.updateDownload(id: id, lease: lease, release: true) { download in
                 download.record(point, currentURL: url)
                 guard download.state == .active else { return }  // paused or cancelled meanwhile
@@ -458,8 +452,8 @@ extension DownloadQueue {
         }
     }
 
-    /// Records how download `id` ended after its body was verified; `row`: the download as
-    /// read on this queue just before (otherwise read here).
+    /// Records how download `id` ended after its body was verified, on the row as this queue
+    /// has it (its running copy; read from the store only when it no longer runs).
     private func finish(
         _ id: Int64,
         transfer: TrackedTransfer,
@@ -468,7 +462,6 @@ extension DownloadQueue {
         url: URL,
         disposition: String?,
         verdict: Verdict?,
-        row: StoredDownload? = nil,
         unnamed: PartialFile? = nil
     ) {
         let running = self.state.withLock { $0.running.removeValue(forKey: id) }
@@ -480,7 +473,7 @@ extension DownloadQueue {
         }
         do {
             if case .fenced = running?.intent { return }
-            guard let download = try row ?? self.store.download(id: id), let partial = download.partialPath else { return }
+            guard let download = try running?.stored ?? self.store.download(id: id), let partial = download.partialPath else { return }
             if case .remove = running?.intent {
                 unlink(partial)
                 self.stopped(id, intent: running!.intent!, transfer: transfer, lease: lease, partialPath: partial, point: nil)
