@@ -87,10 +87,9 @@ extension DownloadQueue {
                 if self.freesSlotBeforeRecording(id, outcome) { freed.append(TransferID(.queue, id)) }
             }
         }
-        if !freed.isEmpty {
-            self.state.withLock { $0.slotsFreedEarly.formUnion(freed.lazy.map(\.number)) }
-            starts += self.core.endedAndReady(freed, [], startingFor: .queue).map { .start($0) }
-        }
+        // When the end is recorded, its slot is given back again: the scheduler ignores a
+        // transfer it no longer runs.
+        if !freed.isEmpty { starts += self.core.endedAndReady(freed, [], startingFor: .queue).map { .start($0) } }
         // Subscribers hear of the ends before the starts that took their slots, as the core
         // decided them (a list of what is active never shows more than the limits allow).
         let held = starts.isEmpty ? [] : self.handleInBatch(starts, holdingChanges: !ends.isEmpty)
@@ -312,12 +311,10 @@ extension DownloadQueue {
     }
 
     /// Download `id`'s slot in the core is free: at once, or, during a drain, when the drain's
-    /// round of events is handled (the core refills it in the same batch); nothing when it was
-    /// given back already as its run ended.
+    /// round of events is handled (the core refills it in the same batch). A slot given back
+    /// already as the run ended (``drainInbox()``) is ignored by the core.
     func freeSlot(_ id: Int64) {
         let deferred = self.state.withLock { state -> Bool in
-            // Given back when its run ended, before the end was recorded (``drainInbox()``).
-            if state.slotsFreedEarly.remove(id) != nil { return true }
             guard state.effects != nil else { return false }
             state.effects!.freedSlots.append(TransferID(.queue, id))
             return true

@@ -94,9 +94,6 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var drainScheduled = false
         /// While a drain runs its batch: what it owes once the batch is saved.
         var effects: DrainEffects?
-        /// Downloads whose run ended and whose slot the core has back already, while their end
-        /// is being recorded (``freeSlot(_:)`` then has nothing to give back).
-        var slotsFreedEarly: Set<Int64> = []
         /// With a sole-writer store, claims not written yet: the row as claimed, and as the
         /// store still has it (waiting). The download's next write saves both
         /// (`DownloadQueue+Store`); a fleet's claims are always written at once.
