@@ -115,13 +115,8 @@ public final class TransferSessionWebSocketTask: TransferSessionTask, @unchecked
         let session = self.session
         self.enqueue(sends: true) { connection in
             // The ping goes out in order with the sends; its pong is awaited off the chain.
-            Task {
-                do {
-                    try await connection.ping()
-                    session.enqueueDelegateCall { _ in pongReceiveHandler(nil) }
-                } catch {
-                    session.enqueueDelegateCall { _ in pongReceiveHandler(error) }
-                }
+            connection.ping { error in
+                session.enqueueDelegateCall { _ in pongReceiveHandler(error) }
             }
         } failed: { error in
             session.enqueueDelegateCall { _ in pongReceiveHandler(error) }

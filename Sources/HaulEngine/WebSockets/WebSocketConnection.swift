@@ -164,12 +164,19 @@ package final class WebSocketConnection: Sendable {
         do { return try await promise.futureResult.get() } catch { throw Self.urlError(error, url: nil) }
     }
 
-    /// Sends a ping; returns when its pong arrives (pongs answer pings in order).
-    package func ping() async throws(URLError) {
+    /// Sends a ping; `pongReceived` runs once, on the connection's event loop, when its pong
+    /// arrives (`nil`; pongs answer pings in order) or the connection ends first (the error).
+    /// No task is involved: a ping is answered even while the cooperative pool is busy.
+    package func ping(_ pongReceived: @escaping @Sendable (URLError?) -> Void) {
         let promise = self.channel.eventLoop.makePromise(of: Void.self)
         let handler = self.handler
         self.channel.eventLoop.execute { handler.ping(promise: promise) }
-        do { try await promise.futureResult.get() } catch { throw Self.urlError(error, url: nil) }
+        promise.futureResult.whenComplete { result in
+            switch result {
+            case .success: pongReceived(nil)
+            case .failure(let error): pongReceived(Self.urlError(error, url: nil))
+            }
+        }
     }
 
     /// Starts the closing handshake with `code` and `reason`; the connection closes when the
