@@ -39,7 +39,9 @@ final class StubProtocol: TransferURLProtocol, @unchecked Sendable {
         ])!
         self.client?.urlProtocol(self, didReceive: response, cacheStoragePolicy: .notAllowed)
         if url.path == "/slow" {
-            DispatchQueue.global().async {
+            // A thread of its own: four seconds of sleeps on Dispatch's global queue (two threads
+            // on two cores) held other tests' callbacks back.
+            Thread.detachNewThread {
                 for _ in 0..<200 {
                     if Self.stopped.withLock({ $0 }) > 0 { return }
                     self.client?.urlProtocol(self, didLoad: Data(repeating: 1, count: 1000))

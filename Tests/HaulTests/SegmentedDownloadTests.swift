@@ -53,10 +53,13 @@ struct SegmentedDownloadTests {
                 #expect(bounds[0] == done.prefixLength, "\(range)")
             }
         }
-        // Bytes in the kernel's socket buffers when the task was cancelled (loopback buffers
-        // can hold a few MB per connection) and end-game copies are all that was sent twice.
+        // What was sent twice: the bytes that had left the server but were not on disk when the
+        // task was cancelled (in the kernel's socket buffers: how much depends on the machine's
+        // settings and its load), fetched again, and the end game's copies, at most half the
+        // file. A loaded 2-core run had 15 MB sent twice, over a fixed 14 MiB bound.
         let total = env.server.bodyBytesSent(forKey: "seg")
-        #expect(total - size <= 14 << 20, "sent twice: \(total - size) bytes (\(sentBefore) before the cancel)")
+        let lost = max(0, sentBefore - done.byteCount)
+        #expect(total - size <= lost + size / 2, "sent twice: \(total - size) bytes (\(sentBefore) before the cancel, \(done.byteCount) of them kept)")
         try await env.finish()
     }
 
