@@ -130,11 +130,10 @@ func fileSize(_ path: String) -> Int64? {
     (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
 }
 
-/// Runs a blocking call on a thread of its own: never on the cooperative pool nor on Dispatch's
-/// global queue, both as wide as the machine has cores (two here), which blocking waits would
-/// starve for every other test of the process.
+/// Runs a blocking call on a Dispatch thread, never on the (small) cooperative pool, which
+/// blocking reads would starve on a 2-core machine.
 func blocking<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
     await withCheckedContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(returning: body()) }
+        DispatchQueue.global().async { continuation.resume(returning: body()) }
     }
 }

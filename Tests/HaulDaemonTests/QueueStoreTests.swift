@@ -16,7 +16,7 @@ struct QueueStoreTests {
     }
 
     /// A fresh store of `engine`, and how to end it.
-    static func open(_ engine: Engine) throws -> (any QueueStore, @Sendable () -> Void) {
+    static func open(_ engine: Engine) throws -> (any QueueStore, () -> Void) {
         switch engine {
         case .sqlite:
             let path = FileManager.default.temporaryDirectory.appendingPathComponent("haul-queue-\(UUID().uuidString).sqlite").path
@@ -43,44 +43,10 @@ struct QueueStoreTests {
         return download
     }
 
-    /// Runs `body` with a fresh store of `engine`, opened and closed off the cooperative pool:
-    /// starting and stopping a PostgreSQL cluster blocks for seconds on a loaded machine, and
-    /// every suite of the test process shares that pool (two threads on two cores: a WebSocket
-    /// test's pings waited ten seconds behind a cluster's start). The checks stay on the
-    /// test's task.
-    static func withStore(_ engine: Engine, _ body: (any QueueStore) throws -> Void) async throws {
-        let (store, close) = try await Self.offThePool { try Self.open(engine) }
-        do {
-            try body(store)
-        } catch {
-            await Self.offThePool(close)
-            throw error
-        }
-        await Self.offThePool(close)
-    }
-
-    /// `body` on a thread of its own, not one of the cooperative pool.
-    static func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
-        }
-    }
-
-    static func offThePool(_ body: @escaping @Sendable () -> Void) async {
-        await withCheckedContinuation { continuation in
-            Thread.detachNewThread {
-                body()
-                continuation.resume()
-            }
-        }
-    }
-
     @Test("Every operation, the same on both engines", arguments: Engine.allCases)
-    func operations(engine: Engine) async throws {
-        try await Self.withStore(engine) { store in try self.operations(store, engine: engine) }
-    }
-
-    private func operations(_ store: any QueueStore, engine: Engine) throws {
+    func operations(engine: Engine) throws {
+        let (store, close) = try Self.open(engine)
+        defer { close() }
         #expect(store.storeDescription.hasPrefix(engine == .sqlite ? "sqlite:" : "postgres://"))
 
         // Insert a batch: ids in order, gids given, every field read back.
@@ -147,28 +113,19 @@ struct QueueStoreTests {
     }
 
     @Test("Thousands of downloads are listed in order, in pages, without holding them all", arguments: Engine.allCases)
-    func manyDownloads(engine: Engine) async throws {
-        try await Self.withStore(engine) { store in
-            let inserted = try store.insert((0..<2_500).map { Self.download("f\($0)") })
-            var ids: [Int64] = []
-            try store.forEachDownload { ids.append($0.id!) }
-            #expect(ids == inserted.map { $0.id! })
-        }
+    func manyDownloads(engine: Engine) throws {
+        let (store, close) = try Self.open(engine)
+        defer { close() }
+        let inserted = try store.insert((0..<2_500).map { Self.download("f\($0)") })
+        var ids: [Int64] = []
+        try store.forEachDownload { ids.append($0.id!) }
+        #expect(ids == inserted.map { $0.id! })
     }
 
     @Test("A shared store: claims skip what another daemon holds, fencing refuses stale leases, expired leases are reclaimed, the host budget is the fleet's, changes are announced")
-    func leases() async throws {
-        let cluster = try await Self.offThePool { try LoopbackPostgres.start() }
-        do {
-            try await self.leases(on: cluster)
-        } catch {
-            await Self.offThePool { cluster.stop() }
-            throw error
-        }
-        await Self.offThePool { cluster.stop() }
-    }
-
-    private func leases(on cluster: LoopbackPostgres) async throws {
+    func leases() throws {
+        let cluster = try LoopbackPostgres.start()
+        defer { cluster.stop() }
         try cluster.createDatabase("fleet")
         let url = cluster.url(database: "fleet")
         let a = try PostgresQueueStore(url: url, member: "a", logger: Logger(label: "test"))
@@ -178,7 +135,7 @@ struct QueueStoreTests {
         let heard = Mutex<[QueueStoreChange]>([])
         let observation = try #require(b.observeChanges { change in heard.withLock { $0.append(change) } })
         defer { observation.cancel() }
-        #expect(await Self.wait { heard.withLock { $0.contains(.resync) } }, "the listener announces that it listens")
+        #expect(Self.wait { heard.withLock { $0.contains(.resync) } }, "the listener announces that it listens")
 
         let rows = try a.insert([Self.download("one"), Self.download("two"), Self.download("three")])
         let ids = rows.map { $0.id! }
@@ -194,7 +151,7 @@ struct QueueStoreTests {
         #expect(claimed.state == .active && claimed.runner == "a" && leaseA.generation == 1)
         guard case .heldElsewhere("a") = try claim(b, ids[0]) else { Issue.record("b claimed a held download"); return }
         #expect(try b.download(id: ids[0])?.runner == "a", "every reader sees who runs it")
-        #expect(await Self.wait { heard.withLock { $0.contains(.download(ids[0])) } }, "b heard of a's claim")
+        #expect(Self.wait { heard.withLock { $0.contains(.download(ids[0])) } }, "b heard of a's claim")
         heard.withLock { $0.removeAll() }
 
         // a writes under its lease and renews it.
@@ -202,7 +159,7 @@ struct QueueStoreTests {
         #expect(try a.renewLeases([ids[0]: leaseA], seconds: 1) == [ids[0]])
 
         // The lease expires unrenewed: b reclaims it and claims it under a new generation.
-        try await Task.sleep(for: .seconds(1.3))
+        Thread.sleep(forTimeInterval: 1.3)
         let reclaimed = try b.reclaimExpiredLeases()
         #expect(reclaimed.map { $0.download.id } == [ids[0]] && reclaimed.first?.previousHolder == "a")
         #expect(reclaimed.first?.download.state == .waiting && reclaimed.first?.download.bytesDone == 100)
@@ -237,16 +194,15 @@ struct QueueStoreTests {
         #expect(try b.download(id: ids[1])?.state == .active, "a's live lease is not b's to revive")
         try a.reviveInterruptedDownloads(of: "a")
         #expect(try b.download(id: ids[1])?.state == .waiting && b.download(id: ids[1])?.runner == nil)
-        #expect(await Self.wait { heard.withLock { $0.contains(.download(ids[1])) } })
+        #expect(Self.wait { heard.withLock { $0.contains(.download(ids[1])) } })
     }
 
-    /// Polls `condition` for up to five seconds, without holding a thread of the cooperative
-    /// pool (every test of the process shares it: a blocked one stalled other suites' tasks).
-    static func wait(_ condition: () -> Bool) async -> Bool {
+    /// Polls `condition` for up to five seconds.
+    static func wait(_ condition: () -> Bool) -> Bool {
         let deadline = Date().addingTimeInterval(5)
         while Date() < deadline {
             if condition() { return true }
-            try? await Task.sleep(for: .milliseconds(20))
+            Thread.sleep(forTimeInterval: 0.02)
         }
         return condition()
     }

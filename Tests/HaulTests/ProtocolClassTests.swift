@@ -39,9 +39,7 @@ final class StubProtocol: TransferURLProtocol, @unchecked Sendable {
         ])!
         self.client?.urlProtocol(self, didReceive: response, cacheStoragePolicy: .notAllowed)
         if url.path == "/slow" {
-            // A thread of its own: four seconds of sleeps on Dispatch's global queue (two threads
-            // on two cores) held other tests' callbacks back.
-            Thread.detachNewThread {
+            DispatchQueue.global().async {
                 for _ in 0..<200 {
                     if Self.stopped.withLock({ $0 }) > 0 { return }
                     self.client?.urlProtocol(self, didLoad: Data(repeating: 1, count: 1000))

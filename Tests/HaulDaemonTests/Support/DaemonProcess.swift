@@ -172,12 +172,9 @@ final class DaemonTestClient: @unchecked Sendable {
     }
 }
 
-/// Runs a blocking call on a thread of its own: never on the cooperative pool nor on Dispatch's
-/// global queue, both as wide as the machine has cores (two here); a daemon test's wait there
-/// held other suites' delegate calls back by seconds.
 func blocking<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
     await withCheckedContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(returning: body()) }
+        DispatchQueue.global().async { continuation.resume(returning: body()) }
     }
 }
 
