@@ -67,10 +67,8 @@ struct Hauld: AsyncParsableCommand {
         var paths = DaemonPaths.fromEnvironment()
         if let dataDir { paths.dataDirectory = URL(fileURLWithPath: dataDir, isDirectory: true) }
         if let runtimeDir { paths.runtimeDirectory = URL(fileURLWithPath: runtimeDir, isDirectory: true) }
-        // Each log line's local time made glibc look at /etc/localtime again (a stat per line:
-        // a small file's end is logged). With TZ naming the file, it is read once; the zone and
-        // the times logged are the same.
-        if getenv("TZ") == nil { setenv("TZ", ":/etc/localtime", 0) }
+        // Lines in UTC, put together by hand (a small file's end is logged).
+        LoggingSystem.bootstrap { label in DaemonLogHandler(label: label) }
         var logger = Logger(label: "hauld")
         logger.logLevel = self.verbose ? .debug : .info
         guard self.leaseSeconds >= 1, self.leaseSeconds <= 3600 else {

@@ -79,7 +79,7 @@ struct FleetTests {
     static func takenOver(in log: String) -> Set<Int64> {
         var ids = Set<Int64>()
         for line in log.split(separator: "\n") {
-            guard let range = line.range(of: "] download ") else { continue }
+            guard let range = line.range(of: ": download ") else { continue }
             let rest = line[range.upperBound...]
             let parts = rest.split(separator: " ", maxSplits: 3)
             if parts.count >= 3, parts[1] == "taken", parts[2] == "over", let id = Int64(parts[0]) { ids.insert(id) }

@@ -546,7 +546,8 @@ extension DownloadQueue {
                 download.segments = nil
                 download.totalBytes = total
                 download.finalPath = finalPath
-                download.fileName = finalPath.split(separator: "/", omittingEmptySubsequences: false).last.map(String.init)
+                // The name after the last slash (splitting the whole path cost more than the rest).
+                download.fileName = finalPath.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(finalPath[finalPath.utf8.index(after: $0)...]) } ?? finalPath
                 download.partialPath = nil
                 download.errorMessage = nil
                 download.errorCode = nil
