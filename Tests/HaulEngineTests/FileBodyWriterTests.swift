@@ -96,6 +96,32 @@ struct FileBodyWriterTests {
         #expect(await writer.drain() == nil)
     }
 
+    @Test("Once drained for the exchange's end, a part that still arrives is not written: the file holds what was counted")
+    func nothingAfterTheDrain() async throws {
+        let path = self.temporaryPath()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let reported = ReportedBytes()
+        let writer = try await self.eventLoop.submit {
+            FileBodyWriter(
+                open: { () throws(URLError) -> PartialFile in try PartialFile.open(path: path) },
+                offset: 0,
+                eventLoop: self.eventLoop
+            ) { count in reported.add(count, sizeOnDisk: PartialFile.size(at: path) ?? 0) }
+        }.get()
+        let chunks = self.chunks(count: 20)
+        _ = try await self.feed(writer, chunks)
+        #expect(await writer.drain() == nil)
+        let counted = reported.total
+        // A read that was under way when the exchange was cancelled delivers its bytes late.
+        let late = try await self.eventLoop.submit { writer.enqueue(ByteBuffer(repeating: 9, count: 65_536)) }.get()
+        #expect(late == nil)
+        try await Task.sleep(for: .milliseconds(50))  // past the flush delay
+        #expect(await writer.drain() == nil)
+        #expect(reported.total == counted)
+        #expect(PartialFile.size(at: path) == Int64(counted))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == self.expectedBytes(chunks))
+    }
+
     @Test("Above the buffer limit the exchange is told to wait, and everything still arrives")
     func backPressure() async throws {
         let path = self.temporaryPath()

@@ -363,6 +363,16 @@ public final class TransferDaemon: TransferOwner, Sendable {
         }
     }
 
+    /// A run's end gives its slot back to the core first and is recorded after, on
+    /// `deliveryQueue` (see ``transferEnded(_:outcome:)``): done once what is queued there now
+    /// is done. Without it, a daemon stopped with SIGTERM could exit between the two and leave
+    /// the last periodic checkpoint, not where the transfer stopped (64 KiB fetched again).
+    func settle() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            self.deliveryQueue.async { continuation.resume() }
+        }
+    }
+
     func stopForShutdown() {
         let runs = self.state.withLock { state -> [TransferRun] in
             state.isShuttingDown = true

@@ -148,7 +148,11 @@ package final class FileBodyWriter: @unchecked Sendable {
     package func enqueue(_ buffer: ByteBuffer) -> EventLoopFuture<Void>? {
         self.eventLoop.assertInEventLoop()
         if let failure = self.failure { return self.eventLoop.makeFailedFuture(failure) }
-        guard buffer.readableBytes > 0 else { return nil }
+        // Draining means the exchange has ended and its run counts what is in the file: a part
+        // that still arrives (read before a cancel took effect) is not written. It was, after the
+        // run had recorded where the download stopped (Ctrl-C on a loaded machine: the file held
+        // 64 KiB beyond the checkpoint, fetched again by the next run).
+        guard buffer.readableBytes > 0, !self.isDraining else { return nil }
         self.queued.append(buffer)
         self.buffered += buffer.readableBytes
         if let remainder = self.bodyBytesToCome { self.bodyBytesToCome = remainder - Int64(buffer.readableBytes) }
