@@ -64,6 +64,10 @@ package final class BackgroundDaemonClient: Sendable {
             .wait()
         let client = BackgroundDaemonClient(channel: channel)
         box.withLock { $0 = client }
+        // A connection the daemon closed before the client was in the box (a daemon killed right
+        // after accepting it) was never marked closed: each request then waited 30 s for an
+        // answer. The close future tells of a close that already happened too.
+        channel.closeFuture.whenComplete { _ in client.closed() }
         return client
     }
 
@@ -118,12 +122,15 @@ package final class BackgroundDaemonClient: Sendable {
         }
     }
 
+    /// The connection is gone: pending requests fail, `onClose` is called (once).
     private func closed() {
-        let waiting = self.state.withLock { state -> [@Sendable (Result<DaemonResponse, any Error>) -> Void] in
+        let waiting = self.state.withLock { state -> [@Sendable (Result<DaemonResponse, any Error>) -> Void]? in
+            guard !state.isClosed else { return nil }
             state.isClosed = true
             defer { state.pending = [:] }
             return Array(state.pending.values)
         }
+        guard let waiting else { return }
         for completion in waiting { completion(.failure(Failure(description: "hauld closed the connection"))) }
         self.onClose.withLock { $0 }?()
     }

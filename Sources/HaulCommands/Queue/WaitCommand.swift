@@ -20,11 +20,23 @@ final class QueueFollower: Sendable {
     /// Connects (starting hauld when `start`), subscribes, then reads the list: no change can
     /// fall between the two.
     init(start: Bool) throws {
-        try self.attach(QueueClient.connect(start: start))
+        let client = try QueueClient.connect(start: start)
+        do {
+            try self.attach(client)
+        } catch {
+            // The daemon went away between taking the connection and answering (a restart, a
+            // crash): it is followed when it is back, as after a later close.
+            client.connection.close()
+            guard self.reconnect(timeout: daemonReconnectTimeout) else { throw error }
+        }
     }
 
     private func attach(_ client: QueueClient) throws {
-        self.state.withLock { $0.view.beginAttach() }
+        // Open from here on: a close while subscribing or listing is not overwritten.
+        self.state.withLock { state in
+            state.view.beginAttach()
+            state.isClosed = false
+        }
         client.connection.onClose.withLock {
             $0 = { [weak self] in
                 self?.state.withLock { $0.isClosed = true }
@@ -47,7 +59,6 @@ final class QueueFollower: Sendable {
         let all = try client.call(.queueList(QueuePage())).downloads ?? []
         self.state.withLock { state in
             state.view.listed(all)
-            state.isClosed = false
             state.client = client
         }
     }

@@ -410,7 +410,13 @@ final class WebSocketFrameHandler: ChannelInboundHandler, @unchecked Sendable {
         }
         self.pongWaiters.append(promise)
         let ping = WebSocketFrame(fin: true, opcode: .ping, maskKey: .random(), data: context.channel.allocator.buffer(capacity: 0))
-        context.writeAndFlush(self.wrapOutboundOut(ping), promise: nil)
+        // A ping that never left waits for no pong: its handler hears why at once.
+        let written = context.eventLoop.makePromise(of: Void.self)
+        context.writeAndFlush(self.wrapOutboundOut(ping), promise: written)
+        written.futureResult.whenFailure { error in
+            guard let index = self.pongWaiters.firstIndex(where: { $0.futureResult === promise.futureResult }) else { return }
+            self.pongWaiters.remove(at: index).fail(error)
+        }
     }
 
     func startClose(code: UInt16, reason: Data?) {
