@@ -15,14 +15,20 @@ struct QueueStoreTests {
         var testDescription: String { self.rawValue }
     }
 
+    /// Starts a private PostgreSQL cluster. initdb and pg_ctl take seconds: they are waited for
+    /// on a thread of their own, not on one of the few that run every test's tasks.
+    static func startCluster() async throws -> LoopbackPostgres {
+        try await blocking { Result { try LoopbackPostgres.start() } }.get()
+    }
+
     /// A fresh store of `engine`, and how to end it.
-    static func open(_ engine: Engine) throws -> (any QueueStore, () -> Void) {
+    static func open(_ engine: Engine) async throws -> (any QueueStore, () -> Void) {
         switch engine {
         case .sqlite:
             let path = FileManager.default.temporaryDirectory.appendingPathComponent("haul-queue-\(UUID().uuidString).sqlite").path
             return (try TransferStore.open(path: path), { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } })
         case .postgres:
-            let cluster = try LoopbackPostgres.start()
+            let cluster = try await Self.startCluster()
             do {
                 try cluster.createDatabase("haul")
                 return (try PostgresQueueStore(url: cluster.url(database: "haul"), logger: Logger(label: "test")), { cluster.stop() })
@@ -44,8 +50,8 @@ struct QueueStoreTests {
     }
 
     @Test("Every operation, the same on both engines", arguments: Engine.allCases)
-    func operations(engine: Engine) throws {
-        let (store, close) = try Self.open(engine)
+    func operations(engine: Engine) async throws {
+        let (store, close) = try await Self.open(engine)
         defer { close() }
         #expect(store.storeDescription.hasPrefix(engine == .sqlite ? "sqlite:" : "postgres://"))
 
@@ -113,8 +119,8 @@ struct QueueStoreTests {
     }
 
     @Test("Thousands of downloads are listed in order, in pages, without holding them all", arguments: Engine.allCases)
-    func manyDownloads(engine: Engine) throws {
-        let (store, close) = try Self.open(engine)
+    func manyDownloads(engine: Engine) async throws {
+        let (store, close) = try await Self.open(engine)
         defer { close() }
         let inserted = try store.insert((0..<2_500).map { Self.download("f\($0)") })
         var ids: [Int64] = []
@@ -123,8 +129,8 @@ struct QueueStoreTests {
     }
 
     @Test("A shared store: claims skip what another daemon holds, fencing refuses stale leases, expired leases are reclaimed, the host budget is the fleet's, changes are announced")
-    func leases() throws {
-        let cluster = try LoopbackPostgres.start()
+    func leases() async throws {
+        let cluster = try await Self.startCluster()
         defer { cluster.stop() }
         try cluster.createDatabase("fleet")
         let url = cluster.url(database: "fleet")
@@ -135,7 +141,7 @@ struct QueueStoreTests {
         let heard = Mutex<[QueueStoreChange]>([])
         let observation = try #require(b.observeChanges { change in heard.withLock { $0.append(change) } })
         defer { observation.cancel() }
-        #expect(Self.wait { heard.withLock { $0.contains(.resync) } }, "the listener announces that it listens")
+        #expect(await Self.wait { heard.withLock { $0.contains(.resync) } }, "the listener announces that it listens")
 
         let rows = try a.insert([Self.download("one"), Self.download("two"), Self.download("three")])
         let ids = rows.map { $0.id! }
@@ -151,7 +157,7 @@ struct QueueStoreTests {
         #expect(claimed.state == .active && claimed.runner == "a" && leaseA.generation == 1)
         guard case .heldElsewhere("a") = try claim(b, ids[0]) else { Issue.record("b claimed a held download"); return }
         #expect(try b.download(id: ids[0])?.runner == "a", "every reader sees who runs it")
-        #expect(Self.wait { heard.withLock { $0.contains(.download(ids[0])) } }, "b heard of a's claim")
+        #expect(await Self.wait { heard.withLock { $0.contains(.download(ids[0])) } }, "b heard of a's claim")
         heard.withLock { $0.removeAll() }
 
         // a writes under its lease and renews it.
@@ -159,7 +165,7 @@ struct QueueStoreTests {
         #expect(try a.renewLeases([ids[0]: leaseA], seconds: 1) == [ids[0]])
 
         // The lease expires unrenewed: b reclaims it and claims it under a new generation.
-        Thread.sleep(forTimeInterval: 1.3)
+        try await Task.sleep(for: .milliseconds(1300))
         let reclaimed = try b.reclaimExpiredLeases()
         #expect(reclaimed.map { $0.download.id } == [ids[0]] && reclaimed.first?.previousHolder == "a")
         #expect(reclaimed.first?.download.state == .waiting && reclaimed.first?.download.bytesDone == 100)
@@ -194,15 +200,15 @@ struct QueueStoreTests {
         #expect(try b.download(id: ids[1])?.state == .active, "a's live lease is not b's to revive")
         try a.reviveInterruptedDownloads(of: "a")
         #expect(try b.download(id: ids[1])?.state == .waiting && b.download(id: ids[1])?.runner == nil)
-        #expect(Self.wait { heard.withLock { $0.contains(.download(ids[1])) } })
+        #expect(await Self.wait { heard.withLock { $0.contains(.download(ids[1])) } })
     }
 
-    /// Polls `condition` for up to five seconds.
-    static func wait(_ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(5)
-        while Date() < deadline {
+    /// Polls `condition` for up to five seconds (sleeping without holding a thread).
+    static func wait(_ condition: () -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < deadline {
             if condition() { return true }
-            Thread.sleep(forTimeInterval: 0.02)
+            try? await Task.sleep(for: .milliseconds(20))
         }
         return condition()
     }

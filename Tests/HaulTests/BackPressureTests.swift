@@ -38,7 +38,12 @@ struct BackPressureTests {
     func stalledDelegate() async throws {
         let server = try await FaultInjectingHTTPServer.start()
         let delegate = StallingDataDelegate()
-        let session = TransferSession(configuration: .ephemeral, delegate: delegate, delegateQueue: nil)
+        // The stalled delegate queue holds its thread: one of its own (a serial dispatch queue
+        // runs on an overcommit thread), not one of the global pool's few.
+        let delegateQueue = OperationQueue()
+        delegateQueue.maxConcurrentOperationCount = 1
+        delegateQueue.underlyingQueue = DispatchQueue(label: "haul.tests.stalling-delegate")
+        let session = TransferSession(configuration: .ephemeral, delegate: delegate, delegateQueue: delegateQueue)
         defer { session.finishTasksAndInvalidate() }
         session.dataTask(with: server.url("/file/slow?size=\(Self.size)")).resume()
         try await Task.sleep(for: .seconds(1))

@@ -39,7 +39,9 @@ final class StubProtocol: TransferURLProtocol, @unchecked Sendable {
         ])!
         self.client?.urlProtocol(self, didReceive: response, cacheStoragePolicy: .notAllowed)
         if url.path == "/slow" {
-            DispatchQueue.global().async {
+            // Four seconds of sleeps: on a serial queue of its own (an overcommit thread), not on
+            // one of the global pool's few threads that other tests' delegate queues need.
+            DispatchQueue(label: "haul.tests.slow-protocol").async {
                 for _ in 0..<200 {
                     if Self.stopped.withLock({ $0 }) > 0 { return }
                     self.client?.urlProtocol(self, didLoad: Data(repeating: 1, count: 1000))

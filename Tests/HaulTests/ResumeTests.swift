@@ -194,7 +194,14 @@ struct ResumeTests {
         let session = env.session
         let download = Task { try await session.download(from: url) }
         #expect(await waitUntil { env.server.bodyBytesSent(forKey: "asyncdl") == 500_000 })
-        try await Task.sleep(for: .milliseconds(100))  // let the client read what was sent
+        // What was sent is on the client's disk (on a loaded machine it may still be on its way).
+        var onDisk: Int64 = 0
+        let deadline = ContinuousClock.now + .seconds(20)
+        while onDisk < 500_000, ContinuousClock.now < deadline {
+            onDisk = await session.allTasks.first?.countOfBytesReceived ?? 0
+            if onDisk < 500_000 { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(onDisk == 500_000)
         download.cancel()
         let error = await #expect(throws: URLError.self) { try await download.value }
         #expect(error?.code == .cancelled)

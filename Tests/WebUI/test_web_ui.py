@@ -107,6 +107,14 @@ class WebUITest(unittest.TestCase):
         except Exception:
             return None
 
+    def segment_widths(self, download_id):
+        """The drawn widths of a row's map of ranges, read in one go in the page (the live list
+        redraws the map as bytes arrive: an element found by one call may be gone by the next)."""
+        return self.driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]))"
+            ".map(function (mark) { return getComputedStyle(mark).width; });",
+            '.row[data-id="%s"] .segments span' % download_id)
+
     def screenshot(self, name):
         path = os.path.join(ARTIFACTS, name)
         self.driver.save_screenshot(path)
@@ -138,15 +146,16 @@ class WebUITest(unittest.TestCase):
         self.wait.until(lambda d: int(self.row_attribute(1, "data-bytes") or 0) > 0)
         first = int(self.row_attribute(1, "data-bytes"))
         self.wait.until(lambda d: int(self.row_attribute(1, "data-bytes") or 0) > first + 300_000)
-        width = self.row(1).find_element(By.CSS_SELECTOR, ".fill").value_of_css_property("width")
+        width = self.driver.execute_script(
+            "return getComputedStyle(document.querySelector(arguments[0])).width;", '.row[data-id="1"] .fill')
         self.assertNotEqual(width, "0px", "the progress bar moved")
         self.assertIn("/s", self.row(1).find_element(By.CSS_SELECTOR, ".speed").text)
         # Fetched over several connections: the row draws its map of ranges and counts them.
         self.wait.until(lambda d: int(self.row_attribute(1, "data-segments") or 0) >= 1)
         self.wait.until(lambda d: "×" in self.row(1).find_element(By.CSS_SELECTOR, ".speed").text)
-        marks = self.row(1).find_elements(By.CSS_SELECTOR, ".segments span")
-        self.assertGreaterEqual(len(marks), 1)
-        self.assertNotEqual(marks[0].value_of_css_property("width"), "0px", "the map shows bytes on disk")
+        widths = self.segment_widths(1)
+        self.assertGreaterEqual(len(widths), 1)
+        self.assertNotEqual(widths[0], "0px", "the map shows bytes on disk")
         self.screenshot("downloading-tab.png")
 
         # Its speed limit changes while it runs: a bad value is refused, a good one shows.
