@@ -33,6 +33,17 @@ struct FileBodyWriterTests {
         return data
     }
 
+    /// A writer of a new file at `path` from offset 0 that reports each write to `reported`.
+    func reportingWriter(path: String, reported: ReportedBytes) async throws -> FileBodyWriter {
+        try await self.eventLoop.submit {
+            FileBodyWriter(
+                open: { () throws(URLError) -> PartialFile in try PartialFile.open(path: path) },
+                offset: 0,
+                eventLoop: self.eventLoop
+            ) { count in reported.add(count, sizeOnDisk: PartialFile.size(at: path) ?? 0) }
+        }.get()
+    }
+
     /// Feeds `chunks` as an exchange would: from the event loop, waiting whenever asked to.
     func feed(_ writer: FileBodyWriter, _ chunks: [ByteBuffer]) async throws -> Int {
         var waits = 0
@@ -81,13 +92,7 @@ struct FileBodyWriterTests {
         let path = self.temporaryPath()
         defer { try? FileManager.default.removeItem(atPath: path) }
         let reported = ReportedBytes()
-        let writer = try await self.eventLoop.submit {
-            FileBodyWriter(
-                open: { () throws(URLError) -> PartialFile in try PartialFile.open(path: path) },
-                offset: 0,
-                eventLoop: self.eventLoop
-            ) { count in reported.add(count, sizeOnDisk: PartialFile.size(at: path) ?? 0) }
-        }.get()
+        let writer = try await self.reportingWriter(path: path, reported: reported)
         _ = try await self.eventLoop.submit { writer.enqueue(ByteBuffer(repeating: 7, count: 100)) }.get()
         let deadline = ContinuousClock.now + .seconds(2)
         while reported.total < 100, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
@@ -101,13 +106,7 @@ struct FileBodyWriterTests {
         let path = self.temporaryPath()
         defer { try? FileManager.default.removeItem(atPath: path) }
         let reported = ReportedBytes()
-        let writer = try await self.eventLoop.submit {
-            FileBodyWriter(
-                open: { () throws(URLError) -> PartialFile in try PartialFile.open(path: path) },
-                offset: 0,
-                eventLoop: self.eventLoop
-            ) { count in reported.add(count, sizeOnDisk: PartialFile.size(at: path) ?? 0) }
-        }.get()
+        let writer = try await self.reportingWriter(path: path, reported: reported)
         let chunks = self.chunks(count: 20)
         _ = try await self.feed(writer, chunks)
         #expect(await writer.drain() == nil)
