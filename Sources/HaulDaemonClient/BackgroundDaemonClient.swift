@@ -55,8 +55,6 @@ package final class BackgroundDaemonClient: Sendable {
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(LineDecoder()))
                     try channel.pipeline.syncOperations.addHandler(ClientHandler { line in
                         box.withLock { $0 }?.received(line)
-                    } closed: {
-                        box.withLock { $0 }?.closed()
                     })
                 }
             }
@@ -64,9 +62,9 @@ package final class BackgroundDaemonClient: Sendable {
             .wait()
         let client = BackgroundDaemonClient(channel: channel)
         box.withLock { $0 = client }
-        // A connection the daemon closed before the client was in the box (a daemon killed right
-        // after accepting it) was never marked closed: each request then waited 30 s for an
-        // answer. The close future tells of a close that already happened too.
+        // The one way a close is noticed: the close future tells of one that already happened
+        // too (a daemon killed right after accepting the connection, before the client was in
+        // the box; its handler's close went unnoticed and every request waited 30 s).
         channel.closeFuture.whenComplete { _ in client.closed() }
         return client
     }
@@ -153,11 +151,8 @@ private final class ClientHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
 
     private let onLine: (DaemonServerLine) -> Void
-    private let onClose: () -> Void
-
-    init(onLine: @escaping (DaemonServerLine) -> Void, closed: @escaping () -> Void) {
+    init(onLine: @escaping (DaemonServerLine) -> Void) {
         self.onLine = onLine
-        self.onClose = closed
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -167,11 +162,6 @@ private final class ClientHandler: ChannelInboundHandler {
         if let line = try? decoder.decode(DaemonServerLine.self, from: Data(buffer.readableBytesView)) {
             self.onLine(line)
         }
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        self.onClose()
-        context.fireChannelInactive()
     }
 }
 

@@ -154,6 +154,18 @@ public final class FaultInjectingHTTPServer: Sendable {
     /// Body bytes sent for the counter key `key`, over all responses.
     public func bodyBytesSent(forKey key: String) -> Int64 { self.state.withLock { $0.bodyBytesPerKey[key] ?? 0 } }
 
+    /// Body bytes sent for `key` once the server has seen every connection close (waiting up to
+    /// `timeout`): a write under way when a client went away (a kill, a cancel) is counted only
+    /// when the server notices. `nil` when connections stay open past the timeout.
+    public func bodyBytesSentOnceClosed(forKey key: String, timeout: Duration = .seconds(20)) async -> Int64? {
+        let deadline = ContinuousClock.now + timeout
+        while self.openConnections > 0 {
+            guard ContinuousClock.now < deadline else { return nil }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return self.bodyBytesSent(forKey: key)
+    }
+
     /// Body bytes sent per key, for every key (served as JSON at `/stats` for scripts).
     public var bodyBytesPerKey: [String: Int64] { self.state.withLock { $0.bodyBytesPerKey } }
 

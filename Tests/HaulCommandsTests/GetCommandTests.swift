@@ -92,10 +92,7 @@ struct GetCommandTests {
         #expect(interrupted.status == 130, "\(interrupted.standardError)")
         #expect(listing(directory) == ["big.iso.haul-part", "big.iso.haul-resume"])
         let kept = try #require(fileSize(partial))
-        // The counter is final once the server saw the connection close (a write it had under
-        // way when the client stopped counts as the first try).
-        #expect(await waitUntil { server.openConnections == 0 })
-        let sentBefore = server.bodyBytesSent(forKey: "big.iso")
+        let sentBefore = try #require(await server.bodyBytesSentOnceClosed(forKey: "big.iso"))
 
         let second = try await HaulProcess.run(["get", "-x", "1", url], directory: directory)
         #expect(second.status == 0, "\(second.standardError)")
@@ -176,10 +173,7 @@ struct GetCommandTests {
         #expect(reached)
         #expect(interrupted.status == 130, "\(interrupted.standardError)")
         let kept = try #require(fileSize(partial))
-        // The counter is final once the server saw the connection close (a write it had under
-        // way when the client stopped counts as the first try).
-        #expect(await waitUntil { server.openConnections == 0 })
-        let sentBefore = server.bodyBytesSent(forKey: "long.iso")
+        let sentBefore = try #require(await server.bodyBytesSentOnceClosed(forKey: "long.iso"))
 
         let list = directory.appendingPathComponent("list.txt")
         let others = (0..<3).map { server.url("/file/new\($0).bin?size=30000&seed=\($0)").absoluteString }
@@ -208,10 +202,7 @@ struct GetCommandTests {
         kill(first.process.processIdentifier, SIGKILL)
         _ = await first.wait()
         let kept = try #require(fileSize(partial))
-        // The counter is final once the server saw the connection close (a write it had under
-        // way when the client stopped counts as the first try).
-        #expect(await waitUntil { server.openConnections == 0 })
-        let sentBefore = server.bodyBytesSent(forKey: "crash.iso")
+        let sentBefore = try #require(await server.bodyBytesSentOnceClosed(forKey: "crash.iso"))
 
         let second = try await HaulProcess.run(["get", "-x", "1", url], directory: directory)
         #expect(second.status == 0, "\(second.standardError)")

@@ -1,4 +1,5 @@
 import Foundation
+import HaulTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -130,15 +131,3 @@ func fileSize(_ path: String) -> Int64? {
     (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
 }
 
-/// Runs a blocking call on a Dispatch thread, never on the (small) cooperative pool, which
-/// blocking reads would starve on a 2-core machine.
-func blocking<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-    await withCheckedContinuation { continuation in
-        // A serial queue of its own: libdispatch runs it on an overcommit thread, started for it
-        // even when every thread of the global pool is busy. The global queue is only as wide as
-        // the machine has cores, and a child process's two pipe reads held both of a 2-core
-        // machine's for the whole run: every OperationQueue (the delegate queues of other tests'
-        // sessions) waited meanwhile, and their timing checks failed.
-        DispatchQueue(label: "haul.tests.blocking").async { continuation.resume(returning: body()) }
-    }
-}

@@ -127,10 +127,7 @@ struct SegmentedGetTests {
         })
         kill(first.process.processIdentifier, SIGKILL)
         _ = await first.wait()
-        // The counter is final once the server saw the connection close (a write it had under
-        // way when the client stopped counts as the first try).
-        #expect(await waitUntil { server.openConnections == 0 })
-        let sentBefore = server.bodyBytesSent(forKey: "crash.bin")
+        let sentBefore = try #require(await server.bodyBytesSentOnceClosed(forKey: "crash.bin"))
         let requestsBefore = server.requests.count
         server.openGate("crash")
 
@@ -166,10 +163,7 @@ struct SegmentedGetTests {
         let object = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         let point = try #require(object["resumePoint"] as? [String: Any])
         #expect(point["mapped"] as? Bool == true)
-        // The counter is final once the server saw the connection close (a write it had under
-        // way when the client stopped counts as the first try).
-        #expect(await waitUntil { server.openConnections == 0 })
-        let sentBefore = server.bodyBytesSent(forKey: "pause.bin")
+        let sentBefore = try #require(await server.bodyBytesSentOnceClosed(forKey: "pause.bin"))
         server.openGate("pause")
 
         let second = try await HaulProcess.run(["get", "-x", "4", url], directory: directory)

@@ -15,6 +15,7 @@ final class RecordingOwner: TransferOwner {
 
     func yieldTransfer(_ number: Int64) {}
     func stopForShutdown() {}
+    func settle() async {}
     func transferResponded(_ transfer: TrackedTransfer, resumedAtOffset: Int64?, expectedTotal: Int64?) {}
     func transferCheckpointDue(_ transfer: TrackedTransfer) {}
     func transferProgressed(_ transfer: TrackedTransfer) {}

@@ -46,6 +46,4 @@ protocol TransferOwner: AnyObject, Sendable {
 
 extension TransferOwner {
     func transfer(_ transfer: TrackedTransfer, droppedMirror url: URL, reason: String) {}
-
-    func settle() async {}
 }

@@ -530,8 +530,7 @@ struct FullDiskTests {
         #expect(failed.bytesDone > 0 && failed.bytesDone <= 1 << 20, "the bytes that fit are kept: \(failed.bytesDone)")
         #expect(!FileManager.default.fileExists(atPath: disk.path + "/big.bin"), "no file under the final name")
         // What the server sent before it noticed the connection close counts as the first try.
-        #expect(await waitUntilTrue { server.openConnections == 0 })
-        let sentBefore = server.bodyBytesSent(forKey: "big.bin")
+        let sentBefore = try #require(await server.bodyBytesSentOnceClosed(forKey: "big.bin"))
 
         try disk.grow(toMegabytes: 8)
         try await harness.queue.resume(id: added.id)
