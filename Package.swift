@@ -35,12 +35,20 @@ let staticProgramSettings: [LinkerSetting] = [
     ),
 ]
 
-// The daemon links its Swift libraries dynamically (FoundationNetworking has no static libcurl
-// here) but takes the same two loader savings as `haul`: packed relative relocations and no
-// exported symbol table.
+// The daemon links the Swift runtime and Foundation statically too (it never uses
+// FoundationNetworking, whose libcurl has no static build here), with the same two loader
+// savings as `haul`; SQLite stays the system's. Measured against the shared-library build
+// (`scripts/queue-bench`-style A/B, 1,000 × 16 KiB, 8 alternating rounds each, twice):
+// 360 → 340 and 320 → 295 µs of CPU a file (calls into the runtime are direct, not through the
+// PLT), 60-70 → 40 ms of CPU to start, idle RSS 9.4 → 9.7-10.2 MiB (its own pages instead of
+// shared libraries'). No symbol ordering file: its functions are not the ones `haul` runs.
 let daemonProgramSettings: [LinkerSetting] = [
     .unsafeFlags(
-        ["-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs", "-Xlinker", "--no-export-dynamic"],
+        [
+            "-static-stdlib", "-lCoreFoundation", "-l_FoundationICU", "-l_FoundationCollections",
+            "-l_FoundationCShims",
+            "-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs", "-Xlinker", "--no-export-dynamic",
+        ],
         .when(platforms: [.linux], configuration: .release)
     ),
 ]
