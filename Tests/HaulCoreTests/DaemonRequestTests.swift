@@ -106,6 +106,30 @@ struct DaemonRequestTests {
         }
     }
 
+    @Test("A download to add: every member read, null the same as left out, unknown members ignored")
+    func newDownloadMembers() throws {
+        let full = try self.decode(
+            #"{"id":1,"method":"queueAdd","downloads":[{"urls":["http://127.0.0.1/a","http://127.0.0.1/b"],"directory":"/srv","fileName":"a.bin","checksum":"sha256=00","speedLimit":1000,"priority":3,"paused":true,"gid":"00000000000000ab","requestHeaders":["X-A: 1"],"options":{"split":"4"},"connections":2,"later":{"x":1}}]}"#
+        )
+        let expected = NewDownload(
+            urls: [URL(string: "http://127.0.0.1/a")!, URL(string: "http://127.0.0.1/b")!],
+            directory: "/srv", fileName: "a.bin", checksum: "sha256=00", speedLimit: 1000, priority: 3, paused: true,
+            gid: "00000000000000ab", requestHeaders: ["X-A: 1"], options: ["split": "4"], connections: 2
+        )
+        #expect(full == DaemonRequest(id: 1, .queueAdd(.batch([expected]))))
+        let nulls = try self.decode(
+            #"{"id":2,"method":"queueAdd","urls":["http://127.0.0.1/a"],"directory":null,"fileName":null,"checksum":null,"speedLimit":null,"priority":null,"paused":null,"gid":null,"requestHeaders":null,"options":null,"connections":null}"#
+        )
+        #expect(nulls == DaemonRequest(id: 2, .queueAdd(.one(NewDownload(urls: [URL(string: "http://127.0.0.1/a")!])))))
+        // One download by `url`: the other members are read as with `urls`.
+        let single = try self.decode(#"{"id":3,"method":"queueAdd","url":"http://127.0.0.1/a","paused":true,"priority":2}"#)
+        #expect(single == DaemonRequest(id: 3, .queueAdd(.one(NewDownload(urls: [URL(string: "http://127.0.0.1/a")!], priority: 2, paused: true)))))
+        for line in [#"{"id":4,"method":"queueAdd","urls":null}"#, #"{"id":4,"method":"queueAdd","downloads":[{"urls":null}]}"#] {
+            #expect(throws: DecodingError.self, "\(line)") { try self.decode(line) }
+        }
+        #expect(throws: DecodingError.self) { try self.decode(#"{"id":5,"method":"queueAdd","downloads":[{"urls":["http://127.0.0.1/a"],"priority":"high"}]}"#) }
+    }
+
     @Test("A line that does not fit its method is refused, naming the field")
     func refusals() {
         let lines: [(String, String)] = [
