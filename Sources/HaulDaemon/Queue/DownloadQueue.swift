@@ -105,9 +105,18 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var unrecordedEnds: [WorkEvent] = []
     }
 
-    struct HeldClaim {
-        var claimed: StoredDownload
-        var stored: StoredDownload
+    /// A class, not a struct: a held claim is copied out of `heldClaims` into the write that
+    /// saves it (and that write's replay), and copying two rows of 30 columns each time cost a
+    /// small queued file ~21 K instructions of retains and releases (callgrind); a reference
+    /// costs one.
+    final class HeldClaim: Sendable {
+        let claimed: StoredDownload
+        let stored: StoredDownload
+
+        init(claimed: StoredDownload, stored: StoredDownload) {
+            self.claimed = claimed
+            self.stored = stored
+        }
     }
 
     package let store: any QueueStore
