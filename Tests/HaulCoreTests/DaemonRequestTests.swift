@@ -130,6 +130,56 @@ struct DaemonRequestTests {
         #expect(throws: DecodingError.self) { try self.decode(#"{"id":5,"method":"queueAdd","downloads":[{"urls":["http://127.0.0.1/a"],"priority":"high"}]}"#) }
     }
 
+    @Test("A batch to add read by Haul's JSON reader is what JSONDecoder reads; what it does not take exactly, it leaves")
+    func batchAddFastPath() throws {
+        func batch(_ entries: String, id: String = "7") -> String { #"{"id":\#(id),"method":"queueAdd","downloads":[\#(entries)]}"# }
+        let taken = [
+            batch(#"{"urls":["http://127.0.0.1/a"],"directory":"/srv"}"#),
+            batch(#"{"urls":["http://127.0.0.1/a","https://127.0.0.1:8443/b?x=1#f"],"directory":"/srv","fileName":"a.bin","checksum":"sha256=00","speedLimit":1000,"priority":-3,"paused":true,"gid":"00000000000000ab","requestHeaders":["X-A: 1"],"options":{"split":"4","dir":"/x"},"connections":2,"later":{"x":[1,2.5,null]}}"#),
+            batch(#"{"urls":["http://127.0.0.1/a"],"directory":null,"fileName":null,"checksum":null,"speedLimit":null,"priority":null,"paused":null,"gid":null,"requestHeaders":null,"options":null,"connections":null}"#),
+            batch(#"{"urls":["http://127.0.0.1/\u00e9t\u00e9 d\u00e9j\u00e0 \ud83d\ude00"],"fileName":"\"quoted\" \\ name\n"},{"urls":[]}"#),
+            batch(#"{"urls":["http://127.0.0.1/a"]}"#, id: "-1") + "  ",
+            batch(""),
+            #"{"method":"queueAdd","note":{"a":1},"downloads":[{"urls":["http://127.0.0.1/a"]}],"id":3,"urls":["http://127.0.0.1/ignored"]}"#,
+        ]
+        for line in taken {
+            let fast = try #require(DaemonRequest.batchAdd(line: Array(line.utf8)), "\(line)")
+            #expect(fast == (try self.decode(line)), "\(line)")
+        }
+        // Left to JSONDecoder: it either reads them too (and the two agree), or refuses them with
+        // its own words.
+        let left = [
+            #"{"id":1,"method":"queueList"}"#,
+            #"{"id":1,"method":"queueAdd","urls":["http://127.0.0.1/a"]}"#,
+            #"{"id":1,"method":"queueAdd","downloads":null,"url":"http://127.0.0.1/a"}"#,
+            batch(#"{"urls":["http://127.0.0.1/a"]}"#, id: "1.5"),
+            batch(#"{"urls":["http://127.0.0.1/a"]}"#, id: "\"1\""),
+            batch(#"{"urls":["http://127.0.0.1/a"],"priority":2.0}"#),
+            batch(#"{"urls":["http://127.0.0.1/a"],"priority":1e2}"#),
+            batch(#"{"urls":["http://127.0.0.1/a"],"speedLimit":99999999999999999999}"#),
+            batch(#"{"urls":["http://127.0.0.1/a"],"paused":"yes"}"#),
+            batch(#"{"urls":["http://127.0.0.1/a"],"paused":1}"#),
+            batch(#"{"urls":"http://127.0.0.1/a"}"#),
+            batch(#"{"urls":null}"#),
+            batch(#"{"directory":"/srv"}"#),
+            batch(#"{"urls":["http://127.0.0.1/a"],"urls":["http://127.0.0.1/b"]}"#),
+            batch(#"{"urls":["http://127.0.0.1/a"],"options":{"a":"1","a":"2"}}"#),
+            batch(#"{"urls":["http://127.0.0.1/a"],"options":{"a":1}}"#),
+            batch(#"{"urls":["http://127.0.0.1/a"],"requestHeaders":[1]}"#),
+            batch(#"{"urls":["http://127.0.0.1/\ud800"]}"#),
+            batch(#"{"urls":["http://127.0.0.1/a"]}"#) + "x",
+            #"{"id":1,"id":2,"method":"queueAdd","downloads":[]}"#,
+            batch(#"[1]"#),
+        ]
+        for line in left {
+            #expect(DaemonRequest.batchAdd(line: Array(line.utf8)) == nil, "\(line)")
+        }
+        // A thousand downloads, as a client adds a list.
+        let many = batch((0..<1000).map { #"{"urls":["http://127.0.0.1:8080/f\#($0).bin"],"directory":"/srv/files"}"# }.joined(separator: ","))
+        let fast = try #require(DaemonRequest.batchAdd(line: Array(many.utf8)))
+        #expect(fast == (try self.decode(many)))
+    }
+
     @Test("A line that does not fit its method is refused, naming the field")
     func refusals() {
         let lines: [(String, String)] = [

@@ -302,6 +302,48 @@ struct DaemonProcessTests {
         daemon.cleanUp()
     }
 
+    @Test("A long batch to add (read by Haul's JSON reader) is stored member for member; one with a bad member is refused, naming it")
+    func longBatchAdd() async throws {
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let directory = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("files").path
+        let client = try DaemonTestClient(socketPath: daemon.socketPath)
+        // Paused, so nothing is fetched (port 9 of loopback: discard, nobody listens).
+        let entries = (1...60).map { index in
+            index == 7
+                ? #"{"urls":["http://127.0.0.1:9/m/7.bin","http://127.0.0.1:9/mirror/7.bin"],"directory":"\#(directory)","fileName":"Été \"7\".bin","checksum":"sha256=\#(String(repeating: "ab", count: 32))","speedLimit":5000,"priority":3,"paused":true,"requestHeaders":["X-Token: t7"],"options":{"split":"2"},"connections":2,"unknown":[1,{"a":null}]}"#
+                : #"{"urls":["http://127.0.0.1:9/m/\#(index).bin"],"directory":"\#(directory)","paused":true}"#
+        }
+        let line = #"{"id":41,"method":"queueAdd","downloads":[\#(entries.joined(separator: ","))]}"#
+        #expect(line.utf8.count > 4096, "long enough for the fast reader")
+        client.sendRaw(Array((line + "\n").utf8))
+        let added = try #require(await client.readLine()?.response)
+        #expect(added.id == 41)
+        #expect(added.downloads?.count == 60, "\(added.error ?? "")")
+        let seventh = try #require(added.downloads?.first { $0.urls.first?.absoluteString == "http://127.0.0.1:9/m/7.bin" })
+        #expect(seventh.urls.map(\.absoluteString) == ["http://127.0.0.1:9/m/7.bin", "http://127.0.0.1:9/mirror/7.bin"])
+        #expect(seventh.fileName == "Été \"7\".bin")
+        #expect(seventh.checksum == "sha256=" + String(repeating: "ab", count: 32))
+        #expect(seventh.speedLimit == 5000 && seventh.priority == 3 && seventh.state == .paused)
+        #expect(seventh.requestHeaders == ["X-Token: t7"])
+        #expect(seventh.options == ["split": "2"])
+        let listed = try await client.request(DaemonRequest(.queueList(QueuePage())))
+        #expect(listed.total == 60)
+        #expect(listed.downloads?.allSatisfy { $0.state == .paused && $0.directory == directory } == true)
+
+        // The same long line with one wrong member: refused as before, the member named, nothing added.
+        let bad = line.replacingOccurrences(of: #""priority":3"#, with: #""priority":"high""#).replacingOccurrences(of: #""id":41"#, with: #""id":42"#)
+        client.sendRaw(Array((bad + "\n").utf8))
+        let refused = try #require(await client.readLine()?.response)
+        #expect(refused.id == 42)
+        #expect(refused.error?.contains("malformed request") == true, "\(refused.error ?? "no error")")
+        #expect(refused.error?.contains("priority") == true, "\(refused.error ?? "no error")")
+        #expect(try await client.request(DaemonRequest(.queueList(QueuePage()))).total == 60)
+        client.close()
+        _ = await daemon.terminate()
+        daemon.cleanUp()
+    }
+
     @Test("queueList pages, filters, searches and projects (fields); changes show at once and the list survives a restart")
     func queueListAtScale() async throws {
         let daemon = try DaemonProcess()
