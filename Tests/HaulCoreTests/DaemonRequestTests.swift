@@ -210,3 +210,20 @@ struct DaemonRequestTests {
         }
     }
 }
+
+@Suite("JSONNesting: how deep a text nests, strings skipped")
+struct JSONNestingTests {
+    @Test("Brackets inside strings do not count, escapes are honoured, the limit is exclusive")
+    func depth() {
+        let nested = { (levels: Int) in String(repeating: "[", count: levels) + String(repeating: "]", count: levels) }
+        #expect(!JSONNesting.exceeds(in: Array(nested(64).utf8)))
+        #expect(JSONNesting.exceeds(in: Array(nested(65).utf8)))
+        #expect(!JSONNesting.exceeds(2, in: Array(#"{"a":["[[[[{{{{", "\"[[[", "\\"]}"#.utf8)))
+        #expect(JSONNesting.exceeds(2, in: Array(#"{"a":["\\", [[]]]}"#.utf8)))
+        #expect(!JSONNesting.exceeds(3, in: Array(#"[{},[],{"x":[1]}]"#.utf8)))
+        // The line that stopped hauld (Foundation's JSONDecoder traps on it): 513 levels.
+        let trap = (0..<513).map { $0 % 3 == 0 ? "[ " : "[" }.joined()
+        #expect(JSONNesting.exceeds(in: Array(trap.utf8)))
+        #expect(throws: JSONNesting.TooDeep.self) { try DaemonRequest.decode(line: Array(trap.utf8)) }
+    }
+}

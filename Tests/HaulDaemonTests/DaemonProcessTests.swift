@@ -282,6 +282,11 @@ struct DaemonProcessTests {
             let response = await client.readLine()?.response
             #expect(response?.error?.contains(answer) == true, "\(line) → \(response?.error ?? "no answer")")
         }
+        // Nested 513 levels with spaces among the brackets (found by fuzzing): Foundation's
+        // JSONDecoder traps on it instead of throwing, and it used to stop the daemon.
+        client.sendRaw(Array(((0..<513).map { $0 % 3 == 0 ? "[ " : "[" }.joined() + "\n").utf8))
+        let deep = await client.readLine()?.response
+        #expect(deep?.error?.contains("nested deeper than 64 levels") == true, "\(deep?.error ?? "no answer")")
         let badURL = try await client.request(.download("s", URL(string: "ftp://127.0.0.1/x")!))
         #expect(badURL.error?.contains("only http and https") == true)
         let noTask = try await client.request(.resume("s", 999))

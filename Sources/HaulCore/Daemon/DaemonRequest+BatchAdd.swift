@@ -1,6 +1,20 @@
 import Foundation
 
 extension DaemonRequest {
+    /// Lines at least this long try ``batchAdd(line:)`` first (about forty downloads); shorter
+    /// ones are not worth a second parse when they are something else.
+    public static let batchLineBytes = 4096
+
+    /// Reads one request line of the daemon's socket: refused when nested deeper than
+    /// ``JSONNesting/limit`` (``JSONNesting/TooDeep``; `JSONDecoder` traps on some such lines);
+    /// a long `queueAdd` batch through ``batchAdd(line:)``; anything else, and every error,
+    /// through `JSONDecoder`.
+    public static func decode(line bytes: some Collection<UInt8>) throws -> DaemonRequest {
+        guard !JSONNesting.exceeds(in: bytes) else { throw JSONNesting.TooDeep(limit: JSONNesting.limit) }
+        if bytes.count >= Self.batchLineBytes, let batch = Self.batchAdd(line: bytes) { return batch }
+        return try JSONDecoder().decode(DaemonRequest.self, from: Data(bytes))
+    }
+
     /// A `queueAdd` of a batch (`"downloads": [...]`) read with Haul's JSON reader instead of
     /// `JSONDecoder`, or `nil` when the line is anything else or holds anything this reader does
     /// not take exactly as `JSONDecoder` would (then the caller decodes it the usual way, which

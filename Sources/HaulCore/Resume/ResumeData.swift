@@ -66,6 +66,8 @@ public struct ResumeData: Sendable, Hashable, Codable {
     public static func decode(_ data: Data) throws(ResumeDataError) -> ResumeData {
         guard !data.isEmpty else { throw .empty }
         guard data.count <= maximumEncodedSize else { throw .tooLarge(byteCount: data.count) }
+        // Resume data nests three levels; Foundation's JSON readers trap on some deep texts.
+        guard !JSONNesting.exceeds(in: data) else { throw .notResumeData }
         guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
             throw .notResumeData
         }

@@ -65,11 +65,7 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
         guard let connection = self.connection else { return }
         let request: DaemonRequest
         do {
-            // A long line is most likely a batch of downloads to add: read with Haul's JSON
-            // reader first (6x faster a download than `JSONDecoder`), which takes only what it
-            // reads exactly as `JSONDecoder` would and leaves the rest (and every error) to it.
-            let batch = line.readableBytes >= Self.batchLineBytes ? DaemonRequest.batchAdd(line: line.readableBytesView) : nil
-            request = try batch ?? JSONDecoder().decode(DaemonRequest.self, from: Data(line.readableBytesView))
+            request = try DaemonRequest.decode(line: line.readableBytesView)
         } catch {
             connection.respond(DaemonResponse(id: Self.requestID(in: line), error: "malformed request: \(Self.describe(error, line: line))"))
             return
@@ -108,10 +104,6 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
         }
         context.close(promise: nil)
     }
-
-    /// Lines at least this long try ``DaemonRequest/batchAdd(line:)`` first (about forty
-    /// downloads); shorter ones are not worth a second parse when they are something else.
-    static let batchLineBytes = 4096
 
     private static func requestID(in line: ByteBuffer) -> Int {
         guard let object = try? JSONSerialization.jsonObject(with: Data(line.readableBytesView)) as? [String: Any] else { return 0 }

@@ -1,0 +1,49 @@
+/// How deeply a JSON text nests arrays and objects, found by one pass over its bytes (strings
+/// skipped, escapes honoured), without parsing it.
+///
+/// Foundation's `JSONDecoder` traps — it does not throw — on some texts nested more than 512
+/// levels (its depth error's source location is computed out of bounds: 532 bytes of `[` and
+/// newlines found by fuzzing stopped hauld). Input from outside is checked with this first;
+/// nothing Haul reads nests more than a few levels.
+public enum JSONNesting {
+    /// The most levels Haul reads from a client (a daemon line, a web UI body, resume data).
+    public static let limit = 64
+
+    /// Whether `bytes` open more than `limit` arrays or objects inside one another.
+    public static func exceeds(_ limit: Int = Self.limit, in bytes: some Sequence<UInt8>) -> Bool {
+        var depth = 0
+        var inString = false
+        var escaped = false
+        for byte in bytes {
+            if inString {
+                if escaped {
+                    escaped = false
+                } else if byte == UInt8(ascii: "\\") {
+                    escaped = true
+                } else if byte == UInt8(ascii: "\"") {
+                    inString = false
+                }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "\""):
+                inString = true
+            case UInt8(ascii: "["), UInt8(ascii: "{"):
+                depth += 1
+                if depth > limit { return true }
+            case UInt8(ascii: "]"), UInt8(ascii: "}"):
+                depth -= 1
+            default:
+                break
+            }
+        }
+        return false
+    }
+
+    /// The error for a text that ``exceeds(_:in:)`` the limit.
+    public struct TooDeep: Error, CustomStringConvertible, Sendable {
+        public var limit: Int
+        public init(limit: Int) { self.limit = limit }
+        public var description: String { "nested deeper than \(self.limit) levels" }
+    }
+}
