@@ -157,6 +157,8 @@ private final class ClientHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let buffer = self.unwrapInboundIn(data)
+        // JSONDecoder traps on some texts nested past 512 levels; no line of the daemon's nests so.
+        guard !JSONNesting.exceeds(in: buffer.readableBytesView) else { return }
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
         if let line = try? decoder.decode(DaemonServerLine.self, from: Data(buffer.readableBytesView)) {

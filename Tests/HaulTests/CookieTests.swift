@@ -86,6 +86,10 @@ struct SessionCookieTests {
         #expect(FileManager.default.fileExists(atPath: file.path))
         let reloaded = TransferCookieStorage(fileURL: file)
         #expect(reloaded.cookies?.map(\.name) == ["kept"], "persistent cookies survive; session cookies do not")
+        // A file that is not ours, nested past JSONDecoder's limit (on which it traps): an empty store.
+        let planted = directory.appendingPathComponent("planted.json")
+        try Data((0..<513).map { $0 % 3 == 0 ? "[ " : "[" }.joined().utf8).write(to: planted)
+        #expect(TransferCookieStorage(fileURL: planted).cookies?.isEmpty == true)
 
         let refusing = TransferSessionConfiguration.ephemeral
         refusing.httpCookieAcceptPolicy = .never

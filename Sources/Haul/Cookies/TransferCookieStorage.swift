@@ -34,7 +34,10 @@ public final class TransferCookieStorage: Sendable {
     /// rewritten atomically on every change; session cookies are not written).
     public init(fileURL: URL? = nil) {
         self.fileURL = fileURL
-        if let fileURL, let data = try? Data(contentsOf: fileURL), let stored = try? JSONDecoder().decode([Cookie].self, from: data) {
+        // A file nested past 512 levels could trap JSONDecoder (JSONNesting); one is not ours.
+        if let fileURL, let data = try? Data(contentsOf: fileURL), !JSONNesting.exceeds(in: data),
+            let stored = try? JSONDecoder().decode([Cookie].self, from: data)
+        {
             let now = Date()
             self.state.withLock { state in
                 for cookie in stored where !cookie.isExpired(at: now) { state.cookies[cookie.identity] = cookie }
