@@ -316,7 +316,7 @@ struct DaemonProcessTests {
         // Paused, so nothing is fetched (port 9 of loopback: discard, nobody listens).
         let entries = (1...60).map { index in
             index == 7
-                ? #"{"urls":["http://127.0.0.1:9/m/7.bin","http://127.0.0.1:9/mirror/7.bin"],"directory":"\#(directory)","fileName":"Été \"7\".bin","checksum":"sha256=\#(String(repeating: "ab", count: 32))","speedLimit":5000,"priority":3,"paused":true,"requestHeaders":["X-Token: t7"],"options":{"split":"2"},"connections":2,"unknown":[1,{"a":null}]}"#
+                ? #"{"urls":["http://127.0.0.1:9/m/7.bin","http://127.0.0.1:9/mirror/7.bin"],"directory":"\#(directory)","fileName":"Été \"7\".bin","checksum":"sha256=\#(String(repeating: "ab", count: 32))","speedLimit":5000,"priority":3,"paused":true,"requestHeaders":["X-Token: t7"],"options":{"split":"2"},"connections":2}"#
                 : #"{"urls":["http://127.0.0.1:9/m/\#(index).bin"],"directory":"\#(directory)","paused":true}"#
         }
         let line = #"{"id":41,"method":"queueAdd","downloads":[\#(entries.joined(separator: ","))]}"#

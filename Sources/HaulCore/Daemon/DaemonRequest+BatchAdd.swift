@@ -24,8 +24,8 @@ extension DaemonRequest {
     ///
     /// Taken: an object with an integer `id`, `method` `"queueAdd"` and a `downloads` array of
     /// objects, each with `urls` (strings that parse as URLs) and any of the other members of
-    /// ``NewDownload`` with a value of their type or `null`; other members are ignored, as
-    /// `JSONDecoder` ignores them. Not taken (left to `JSONDecoder`): a member named twice, a
+    /// ``NewDownload`` with a value of their type or `null`. Not taken (left to `JSONDecoder`,
+    /// which ignores unknown members): a member it does not know, a member named twice, a
     /// number that is not a whole one within range, a value of another type.
     public static func batchAdd(line bytes: some Collection<UInt8>) -> DaemonRequest? {
         guard let value = try? JSONValue(parsing: bytes), let members = value.objectValue, members.hasUniqueNames else { return nil }
@@ -49,7 +49,7 @@ extension DaemonRequest {
                 }
                 downloads = batch
             default:
-                continue
+                return nil
             }
         }
         guard let id, isQueueAdd, let downloads else { return nil }
@@ -65,8 +65,12 @@ extension NewDownload {
         self.init(urls: [])
         var hasURLs = false
         for (name, value) in members {
-            switch name {
-            case "urls":
+            // Exhaustive over the members `JSONDecoder` reads: a member added to ``NewDownload``
+            // does not compile here until this reader takes it too (it would otherwise be
+            // dropped from long batches without a word). One it does not know: `JSONDecoder`'s.
+            guard let key = CodingKeys(rawValue: name) else { return nil }
+            switch key {
+            case .urls:
                 guard let strings = value.arrayValue else { return nil }
                 var urls: [URL] = []
                 urls.reserveCapacity(strings.count)
@@ -76,20 +80,20 @@ extension NewDownload {
                 }
                 self.urls = urls
                 hasURLs = true
-            case "directory": guard Self.read(value, into: &self.directory) else { return nil }
-            case "fileName": guard Self.read(value, into: &self.fileName) else { return nil }
-            case "checksum": guard Self.read(value, into: &self.checksum) else { return nil }
-            case "gid": guard Self.read(value, into: &self.gid) else { return nil }
-            case "speedLimit": guard Self.read(value, into: &self.speedLimit) else { return nil }
-            case "priority": guard Self.read(value, into: &self.priority) else { return nil }
-            case "connections": guard Self.read(value, into: &self.connections) else { return nil }
-            case "paused":
+            case .directory: guard Self.read(value, into: &self.directory) else { return nil }
+            case .fileName: guard Self.read(value, into: &self.fileName) else { return nil }
+            case .checksum: guard Self.read(value, into: &self.checksum) else { return nil }
+            case .gid: guard Self.read(value, into: &self.gid) else { return nil }
+            case .speedLimit: guard Self.read(value, into: &self.speedLimit) else { return nil }
+            case .priority: guard Self.read(value, into: &self.priority) else { return nil }
+            case .connections: guard Self.read(value, into: &self.connections) else { return nil }
+            case .paused:
                 switch value {
                 case .null: self.paused = false
                 case .bool(let paused): self.paused = paused
                 default: return nil
                 }
-            case "requestHeaders":
+            case .requestHeaders:
                 switch value {
                 case .null: self.requestHeaders = nil
                 case .array(let lines):
@@ -101,7 +105,7 @@ extension NewDownload {
                     self.requestHeaders = headers
                 default: return nil
                 }
-            case "options":
+            case .options:
                 switch value {
                 case .null: self.options = nil
                 case .object(let pairs):
@@ -114,8 +118,6 @@ extension NewDownload {
                     self.options = options
                 default: return nil
                 }
-            default:
-                continue
             }
         }
         guard hasURLs else { return nil }
