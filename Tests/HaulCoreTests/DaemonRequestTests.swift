@@ -230,4 +230,26 @@ struct JSONNestingTests {
         #expect(JSONNesting.exceeds(in: Array(trap.utf8)))
         #expect(throws: JSONNesting.TooDeep.self) { try DaemonRequest.decode(line: Array(trap.utf8)) }
     }
+
+    /// Contiguous bytes are read through a buffer pointer, others through their iterator: both
+    /// paths give the same answers.
+    @Test("Bytes that are not contiguous are read the same as an array of them")
+    func notContiguous() throws {
+        let texts = [String(repeating: "[", count: 65), #"{"a":["\", [[]]]}"#, #"{"x":"[[[["}"#, "[]"]
+        for text in texts {
+            let bytes = Array(text.utf8)
+            let lazyBytes = bytes.lazy.map { $0 }  // no contiguous storage
+            #expect(lazyBytes.withContiguousStorageIfAvailable { _ in true } == nil)
+            #expect(JSONNesting.exceeds(2, in: lazyBytes) == JSONNesting.exceeds(2, in: bytes))
+            #expect(JSONNesting.exceeds(in: lazyBytes) == JSONNesting.exceeds(in: bytes))
+            #expect((try? JSONValue(parsing: lazyBytes)) == (try? JSONValue(parsing: bytes)))
+        }
+        let line = #"{"id":7,"method":"queueAdd","downloads":["#
+            + (0..<100).map { #"{"urls":["http://127.0.0.1:1/f\#($0)"],"paused":true}"# }.joined(separator: ",") + "]}"
+        #expect(line.utf8.count >= DaemonRequest.batchLineBytes)
+        let fromArray = try DaemonRequest.decode(line: Array(line.utf8))
+        let fromLazy = try DaemonRequest.decode(line: Array(line.utf8).lazy.map { $0 })
+        #expect(fromLazy == fromArray)
+        #expect(fromArray == DaemonRequest.batchAdd(line: Array(line.utf8)))
+    }
 }
