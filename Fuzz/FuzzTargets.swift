@@ -79,7 +79,8 @@ enum FuzzTarget: String, CaseIterable {
             precondition(again?.method == request.method, "a request line changed method in a round trip")
             // The fast reader of batches to add takes a line only as JSONDecoder reads it.
             if let fast = DaemonRequest.batchAdd(line: bytes) {
-                precondition(fast == (try? JSONDecoder().decode(DaemonRequest.self, from: Data(bytes))), "the batch reader and JSONDecoder disagree: \(text)")
+                let slow = try? JSONDecoder().decode(DaemonRequest.self, from: Data(bytes), maximumNesting: JSONNesting.limit)
+                precondition(fast == slow, "the batch reader and JSONDecoder disagree: \(text)")
             }
         case .jsonRPC:
             if let value = try? JSONValue(parsing: bytes) {

@@ -157,11 +157,10 @@ private final class ClientHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let buffer = self.unwrapInboundIn(data)
-        // JSONDecoder traps on some texts nested past 512 levels; no line of the daemon's nests so.
-        guard !JSONNesting.exceeds(in: buffer.readableBytesView) else { return }
+        // No line of the daemon's nests deeply; one that does is not the daemon's (ignored).
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
-        if let line = try? decoder.decode(DaemonServerLine.self, from: Data(buffer.readableBytesView)) {
+        if let line = try? decoder.decode(DaemonServerLine.self, from: Data(buffer.readableBytesView), maximumNesting: JSONNesting.limit) {
             self.onLine(line)
         }
     }

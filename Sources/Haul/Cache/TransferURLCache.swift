@@ -293,8 +293,7 @@ public final class TransferURLCache: Sendable {
         let length = data.prefix(4).reduce(0) { ($0 << 8) | Int($1) }
         guard data.count >= 4 + length,
             case let headerBytes = data.subdata(in: (data.startIndex + 4)..<(data.startIndex + 4 + length)),
-            !JSONNesting.exceeds(in: headerBytes),  // JSONDecoder traps on some very deep texts
-            let header = try? JSONDecoder().decode(DiskHeader.self, from: headerBytes)
+            let header = try? JSONDecoder().decode(DiskHeader.self, from: headerBytes, maximumNesting: JSONNesting.limit)
         else {
             self.removeFile(file)
             return nil

@@ -35,8 +35,8 @@ public final class TransferCookieStorage: Sendable {
     public init(fileURL: URL? = nil) {
         self.fileURL = fileURL
         // A file nested past 512 levels could trap JSONDecoder (JSONNesting); one is not ours.
-        if let fileURL, let data = try? Data(contentsOf: fileURL), !JSONNesting.exceeds(in: data),
-            let stored = try? JSONDecoder().decode([Cookie].self, from: data)
+        if let fileURL, let data = try? Data(contentsOf: fileURL),
+            let stored = try? JSONDecoder().decode([Cookie].self, from: data, maximumNesting: JSONNesting.limit)
         {
             let now = Date()
             self.state.withLock { state in

@@ -19,9 +19,9 @@ extension DaemonRequest {
     }
 
     private static func decode(contiguousLine bytes: UnsafeBufferPointer<UInt8>) throws -> DaemonRequest {
-        guard !JSONNesting.exceeds(in: bytes) else { throw JSONNesting.TooDeep(limit: JSONNesting.limit) }
+        // The fast reader has its own depth limit; JSONDecoder is guarded from deep lines.
         if bytes.count >= Self.batchLineBytes, let batch = Self.batchAdd(line: bytes) { return batch }
-        return try JSONDecoder().decode(DaemonRequest.self, from: Data(buffer: bytes))
+        return try JSONDecoder().decode(DaemonRequest.self, from: Data(buffer: bytes), maximumNesting: JSONNesting.limit)
     }
 
     /// A `queueAdd` of a batch (`"downloads": [...]`) read with Haul's JSON reader instead of

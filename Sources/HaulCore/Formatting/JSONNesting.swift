@@ -1,3 +1,5 @@
+import Foundation
+
 /// How deeply a JSON text nests arrays and objects, found by one pass over its bytes (strings
 /// skipped, escapes honoured), without parsing it.
 ///
@@ -62,5 +64,16 @@ public enum JSONNesting {
         public var limit: Int
         public init(limit: Int) { self.limit = limit }
         public var description: String { "nested deeper than \(self.limit) levels" }
+    }
+}
+
+extension JSONDecoder {
+    /// Decodes `type` from `data` once ``JSONNesting`` has found it nested no deeper than
+    /// `maximumNesting` levels; deeper, it throws ``JSONNesting/TooDeep`` without decoding.
+    /// The one way Haul decodes JSON it did not write itself (a client's line or request body,
+    /// a file on disk): `JSONDecoder` traps on some texts nested past 512 levels.
+    public func decode<T: Decodable>(_ type: T.Type, from data: Data, maximumNesting: Int) throws -> T {
+        guard !JSONNesting.exceeds(maximumNesting, in: data) else { throw JSONNesting.TooDeep(limit: maximumNesting) }
+        return try self.decode(type, from: data)
     }
 }

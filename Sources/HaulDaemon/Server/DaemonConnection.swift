@@ -105,15 +105,17 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
         context.close(promise: nil)
     }
 
+    /// The `id` of a line that is not a request, when it has one (read with Haul's own JSON
+    /// reader: the line is a client's, and Foundation's readers trap on some deep texts).
     private static func requestID(in line: ByteBuffer) -> Int {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(line.readableBytesView)) as? [String: Any] else { return 0 }
-        return object["id"] as? Int ?? 0
+        guard case .integer(let id)? = (try? JSONValue(parsing: line.readableBytesView))?["id"] else { return 0 }
+        return Int(exactly: id) ?? 0
     }
 
     /// Why a line is not a request, in the client's terms: "resume needs 'taskID'".
     private static func describe(_ error: any Error, line: ByteBuffer) -> String {
-        let object = try? JSONSerialization.jsonObject(with: Data(line.readableBytesView)) as? [String: Any]
-        let method = (object?["method"] as? String).flatMap(DaemonRequest.Method.init(rawValue:))?.rawValue
+        let object = try? JSONValue(parsing: line.readableBytesView)
+        let method = object?["method"]?.stringValue.flatMap(DaemonRequest.Method.init(rawValue:))?.rawValue
         switch error {
         case DecodingError.keyNotFound(let key, _):
             return method.map { "\($0) needs '\(key.stringValue)'" } ?? "missing field '\(key.stringValue)'"

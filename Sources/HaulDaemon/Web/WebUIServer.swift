@@ -295,11 +295,8 @@ public final class WebUIServer: Sendable {
         }
         var request = request
         let buffer = try await request.collectBody(upTo: 1 << 20)
-        guard !JSONNesting.exceeds(in: buffer.readableBytesView) else {
-            throw DaemonError("malformed JSON body: \(JSONNesting.TooDeep(limit: JSONNesting.limit))")
-        }
         do {
-            return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
+            return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView), maximumNesting: JSONNesting.limit)
         } catch {
             throw DaemonError("malformed JSON body: \(error)")
         }
