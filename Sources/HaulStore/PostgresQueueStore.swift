@@ -67,8 +67,8 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     /// given up.
     public let queryTimeout: TimeAmount
     private let logger: Logger
-    private let general = Slot(id: 1)
-    private let leases = Slot(id: 2)
+    private let general = Slot(id: 1, name: "queue connection")
+    private let leases = Slot(id: 2, name: "lease connection")
     private static let encoder = JSONEncoder()
     private static let decoder = JSONDecoder()
     static let channel = "haul_queue"
@@ -76,9 +76,20 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     /// One connection and the lock that serialises its use.
     private final class Slot: @unchecked Sendable {
         let id: Int
+        let name: String
         let lock = NSLock()
         var connection: PostgresConnection?
-        init(id: Int) { self.id = id }
+        /// The call that holds the lock: when it began and what it waits for now (read by
+        /// ``callsInFlight(longerThan:)`` without the lock, from another thread).
+        let activity = Mutex<(began: ContinuousClock.Instant, step: String)?>(nil)
+        init(id: Int, name: String) {
+            self.id = id
+            self.name = name
+        }
+
+        func note(_ step: String) {
+            self.activity.withLock { activity in activity = (activity?.began ?? .now, step) }
+        }
     }
 
     /// Connects and migrates the schema.
@@ -135,17 +146,23 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
 
     private func withConnection<T>(_ slot: Slot, _ body: (PostgresConnection) throws -> T) throws -> T {
         try slot.lock.withLock {
+            slot.activity.withLock { $0 = (.now, "starting") }
+            defer { slot.activity.withLock { $0 = nil } }
             let connection: PostgresConnection
             if let open = slot.connection, !open.isClosed {
                 connection = open
             } else {
+                slot.note("connecting")
                 do {
-                    connection = try PostgresConnection.connect(
+                    let connecting = PostgresConnection.connect(
                         on: MultiThreadedEventLoopGroup.singleton.any(),
                         configuration: self.configuration,
                         id: slot.id,
                         logger: self.logger
-                    ).wait()
+                    )
+                    connection = try self.wait(for: connecting, what: "connecting") { connecting.whenSuccess { let _: EventLoopFuture<Void> = $0.close() } }
+                } catch let error as StoreError {
+                    throw error
                 } catch {
                     throw StoreError("cannot reach the store \(self.location): \(Self.describe(error))")
                 }
@@ -178,10 +195,50 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     /// (which fails the statement) and opened again by the next call.
     @discardableResult
     private func run(_ connection: PostgresConnection, _ query: PostgresQuery) throws -> PostgresQueryResult {
+        let step = "running \(Self.summary(of: query.sql))"
+        (connection.id == self.leases.id ? self.leases : self.general).note(step)
         let result = connection.query(query, logger: self.logger)
         let timeout = connection.eventLoop.scheduleTask(in: self.queryTimeout) { let _: EventLoopFuture<Void> = connection.close() }
         defer { timeout.cancel() }
-        return try result.wait()
+        return try self.wait(for: result, what: step) { let _: EventLoopFuture<Void> = connection.close() }
+    }
+
+    /// The value of `future`, waited for at most ``queryTimeout`` and a second, on this
+    /// thread's clock. The event loop's own timers (the connect timeout, the statement's
+    /// timeout closing the connection) answer first; this bound holds even if the loop that
+    /// would answer is stuck, and a caller such as the lease keeper never waits for ever. On
+    /// time out, `abandon` runs (closing the connection) and a ``StoreError`` saying what had
+    /// no answer is thrown, logged as a warning.
+    private func wait<Value: Sendable>(for future: EventLoopFuture<Value>, what: String, abandon: () -> Void) throws -> Value {
+        let answered = DispatchSemaphore(value: 0)
+        let result = Mutex<Result<Value, any Error>?>(nil)
+        future.whenComplete { outcome in
+            result.withLock { $0 = outcome }
+            answered.signal()
+        }
+        let limit = Double(self.queryTimeout.nanoseconds) / 1e9 + 1
+        if answered.wait(timeout: .now() + limit) == .timedOut {
+            abandon()
+            let error = StoreError("no answer from the store \(self.location) in \(limit) s (\(what))")
+            self.logger.warning("store: \(error)")
+            throw error
+        }
+        return try result.withLock { $0! }.get()
+    }
+
+    /// The first words of a statement, for a log line.
+    private static func summary(of sql: String) -> String {
+        let words = sql.split(whereSeparator: \.isWhitespace).prefix(6).joined(separator: " ")
+        return words.count < sql.count ? "'\(words) …'" : "'\(words)'"
+    }
+
+    public func callsInFlight(longerThan limit: Duration) -> [String] {
+        let now = ContinuousClock.Instant.now
+        return [self.general, self.leases].compactMap { slot in
+            guard let (began, step) = slot.activity.withLock({ $0 }), now - began > limit else { return nil }
+            let seconds = Double((now - began).components.seconds) + Double((now - began).components.attoseconds) * 1e-18
+            return "\(slot.name): \(step), for \(String(format: "%.1f", seconds)) s"
+        }
     }
 
     /// `body` in a transaction: committed when it returns, rolled back when it throws.

@@ -68,6 +68,11 @@ public protocol QueueStore: Sendable {
     /// nobody else can change this store.
     func observeChanges(_ handler: @escaping @Sendable (QueueStoreChange) -> Void) -> (any QueueStoreObservation)?
 
+    /// The store calls in flight for longer than `limit` ("leases: UPDATE queuedDownload SET
+    /// leaseUntil = … — 12.3 s, waiting for the answer"), for a daemon's log when its lease keeper
+    /// stops coming back. Empty for a store of one daemon.
+    func callsInFlight(longerThan limit: Duration) -> [String]
+
     /// Changes many downloads in one transaction: `change` says whether it changed the row.
     /// Returns the changed rows.
     func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload]
@@ -183,4 +188,9 @@ extension TransferStore: QueueStore {
     public func leave(daemon: String) throws {}
 
     public func observeChanges(_ handler: @escaping @Sendable (QueueStoreChange) -> Void) -> (any QueueStoreObservation)? { nil }
+}
+
+extension QueueStore {
+    /// A store with no calls that can hang (SQLite answers or fails) reports none.
+    public func callsInFlight(longerThan limit: Duration) -> [String] { [] }
 }

@@ -204,6 +204,40 @@ struct QueueStoreTests {
     }
 
     /// Polls `condition` for up to five seconds (sleeping without holding a thread).
+    @Test("A statement the store never answers: reported while it waits, given up after the timeout, and the next call connects again")
+    func unansweredStatement() async throws {
+        let cluster = try await Self.startCluster()
+        defer { cluster.stop() }
+        try cluster.createDatabase("silent")
+        let proxy = try await LoopbackPartitionProxy.start(targetPort: cluster.port)
+        let url = "postgres://\(cluster.user)@127.0.0.1:\(proxy.port)/silent"
+        let store = try PostgresQueueStore(url: url, member: "a", queryTimeout: .seconds(1), logger: Logger(label: "test"))
+        let beat = { @Sendable in Result { try store.heartbeat(daemon: "a", pid: 1, startedAt: Date(), liveSeconds: 3) } }
+        _ = try await blocking(beat).get()
+        #expect(store.callsInFlight(longerThan: .zero).isEmpty, "nothing in flight between calls")
+
+        proxy.partition()
+        let began = ContinuousClock.now
+        async let outcome = blocking(beat)
+        var reported: [String] = []
+        while reported.isEmpty, ContinuousClock.now - began < .seconds(5) {
+            try await Task.sleep(for: .milliseconds(50))
+            reported = store.callsInFlight(longerThan: .milliseconds(300))
+        }
+        #expect(reported.count == 1)
+        #expect(reported.first?.hasPrefix("lease connection: running 'INSERT INTO haul_daemon") == true, "\(reported)")
+        let failure = await outcome
+        let waited = ContinuousClock.now - began
+        #expect(throws: PostgresQueueStore.StoreError.self) { try failure.get() }
+        #expect(waited < .seconds(3), "given up after the 1-s timeout (and at most a second more), not \(waited)")
+        #expect(store.callsInFlight(longerThan: .zero).isEmpty)
+
+        proxy.heal()
+        let daemons = try await blocking(beat).get()
+        #expect(daemons.map(\.name) == ["a"], "the next call connects again")
+        try await proxy.shutdown()
+    }
+
     static func wait(_ condition: () -> Bool) async -> Bool {
         let deadline = ContinuousClock.now + .seconds(5)
         while ContinuousClock.now < deadline {

@@ -64,6 +64,8 @@ extension DownloadQueue {
     // MARK: - Leases (on leaseWork)
 
     private func keepLeases() {
+        self.state.withLock { $0.keeperRound = (.now, false) }
+        defer { self.state.withLock { $0.keeperRound = nil } }
         let seconds = self.configuration.leaseSeconds
         let leases = self.state.withLock { state in
             state.running.filter { $0.value.intent == nil }.mapValues(\.lease)
@@ -113,8 +115,23 @@ extension DownloadQueue {
         self.state.withLock { $0.storeReachable = reachable }
     }
 
-    /// Stops downloads whose lease was not renewed for 60 % of its length.
+    /// Stops downloads whose lease was not renewed for 60 % of its length; logs (once a round)
+    /// a lease keeper that has not come back from its round for a whole lease, with the store
+    /// calls in flight — the keeper's own store calls are bounded, so that is a bug to report.
     private func fenceExpiringLeases() {
+        let lease = Duration.milliseconds(Int64(self.configuration.leaseSeconds * 1000))
+        let stuck = self.state.withLock { state -> Duration? in
+            guard let round = state.keeperRound, !round.reported, ContinuousClock.now - round.began > lease else { return nil }
+            state.keeperRound!.reported = true
+            return ContinuousClock.now - round.began
+        }
+        if let stuck {
+            let calls = self.store.callsInFlight(longerThan: .zero)
+            let seconds = Double(stuck.components.seconds) + Double(stuck.components.attoseconds) * 1e-18
+            self.logger.error(
+                "fleet: the lease keeper has not come back from one round for \(String(format: "%.1f", seconds)) s; store calls in flight: \(calls.isEmpty ? "none" : calls.joined(separator: "; "))"
+            )
+        }
         let now = TransferCore.monotonicNow()
         let margin = self.configuration.leaseSeconds * 0.4
         let expiring = self.state.withLock { state in

@@ -89,6 +89,8 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var fleet: [DaemonPresence] = []
         /// Whether the last renewal or heartbeat reached the store.
         var storeReachable = true
+        /// When the lease keeper's round in progress began, and whether its length was logged.
+        var keeperRound: (began: ContinuousClock.Instant, reported: Bool)?
         /// Starts and ends waiting for the next drain (`DownloadQueue+Inbox`).
         var inbox: [WorkEvent] = []
         var drainScheduled = false

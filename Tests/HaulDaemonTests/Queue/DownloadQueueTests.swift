@@ -511,6 +511,35 @@ struct SmallDisk {
     }
 }
 
+extension DownloadQueueTests {
+    @Test("A lease keeper that does not come back from a round for a whole lease is logged, with the store calls in flight")
+    func stuckLeaseKeeper() async throws {
+        let lines = LoggedLines()
+        let hanging = Mutex<HangingHeartbeatStore?>(nil)
+        let harness = try QueueHarness(
+            store: { inner in
+                let store = HangingHeartbeatStore(inner)
+                store.hangs.withLock { $0 = true }
+                hanging.withLock { $0 = store }
+                return store
+            },
+            logHandler: lines.handler,
+            configure: { $0.leaseSeconds = 0.4 }
+        )
+        let began = ContinuousClock.now
+        var reported: String?
+        while reported == nil, ContinuousClock.now - began < .seconds(10) {
+            try await Task.sleep(for: .milliseconds(50))
+            reported = lines.all.first { $0.contains("lease keeper has not come back") }
+        }
+        #expect(reported?.contains("store calls in flight: test connection: heartbeat held by the test") == true, "\(lines.all)")
+        #expect(lines.all.filter { $0.contains("lease keeper has not come back") }.count == 1, "once a round")
+        hanging.withLock { $0 }?.hangs.withLock { $0 = false }
+        harness.queue.leaveFleet()
+        await harness.close()
+    }
+}
+
 @Suite("Download queue on a full disk", .serialized)
 struct FullDiskTests {
     @Test("A full disk stops the download with a clear error, keeps its bytes, and it completes once there is room", .enabled(if: SmallDisk.canMount))

@@ -21,6 +21,7 @@ final class QueueHarness: Sendable {
     init(
         root: URL? = nil,
         store makeStore: (TransferStore) -> any QueueStore = { $0 },
+        logHandler: (any LogHandler)? = nil,
         configure: (inout DownloadQueue.Configuration) -> Void = { _ in }
     ) throws {
         let root = root ?? FileManager.default.temporaryDirectory.appendingPathComponent("haul-queue-\(UUID().uuidString)")
@@ -31,7 +32,7 @@ final class QueueHarness: Sendable {
         var configuration = DownloadQueue.Configuration(defaultDirectory: self.downloads.path)
         configuration.retryPolicy = RetryPolicy(maximumAttempts: 3, initialDelay: 0.05, maximumDelay: 0.2, maximumRetryAfter: 2, retriesRefusedConnections: true)
         configure(&configuration)
-        var logger = Logger(label: "queue-test")
+        var logger = logHandler.map { handler in Logger(label: "queue-test") { _ in handler } } ?? Logger(label: "queue-test")
         logger.logLevel = .warning
         var coreConfiguration = TransferCore.Configuration()
         coreConfiguration.idleTimeout = .seconds(5)
@@ -243,4 +244,82 @@ final class FlakySoleWriterStore: SoleWriterQueueStore {
     func deleteDownload(id: Int64) throws { try self.flaky.deleteDownload(id: id) }
     func queueSettings() throws -> QueueSettings? { try self.flaky.queueSettings() }
     func save(_ settings: QueueSettings) throws { try self.flaky.save(settings) }
+}
+
+/// The embedded store presented as a fleet's (``isShared``), whose heartbeat can be made to
+/// hang until released: the lease keeper's round then does not come back. Everything else is
+/// the embedded store's.
+final class HangingHeartbeatStore: QueueStore {
+    let inner: TransferStore
+    /// While set, a heartbeat waits until it is cleared.
+    let hangs = Mutex(false)
+    private let heartbeatBegan = Mutex<ContinuousClock.Instant?>(nil)
+
+    init(_ inner: TransferStore) { self.inner = inner }
+
+    var storeDescription: String { "hanging:" + self.inner.storeDescription }
+    var isShared: Bool { true }
+
+    func heartbeat(daemon: String, pid: Int32, startedAt: Date, liveSeconds: Double) throws -> [DaemonPresence] {
+        self.heartbeatBegan.withLock { $0 = .now }
+        defer { self.heartbeatBegan.withLock { $0 = nil } }
+        while self.hangs.withLock({ $0 }) { usleep(10_000) }
+        return try self.inner.heartbeat(daemon: daemon, pid: pid, startedAt: startedAt, liveSeconds: liveSeconds)
+    }
+
+    func callsInFlight(longerThan limit: Duration) -> [String] {
+        guard let began = self.heartbeatBegan.withLock({ $0 }), ContinuousClock.now - began > limit else { return [] }
+        return ["test connection: heartbeat held by the test"]
+    }
+
+    func download(id: Int64) throws -> StoredDownload? { try self.inner.download(id: id) }
+    func forEachDownload(_ body: (StoredDownload) throws -> Void) throws { try self.inner.forEachDownload(body) }
+    func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        try self.inner.updateDownload(id: id, change)
+    }
+    func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        try self.inner.updateDownload(id: id, lease: lease, release: release, change)
+    }
+    func confirmLease(id: Int64, lease: QueueLease) throws { try self.inner.confirmLease(id: id, lease: lease) }
+    func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
+        try self.inner.claim(claim, change)
+    }
+    func renewLeases(_ leases: [Int64: QueueLease], seconds: Double) throws -> Set<Int64> { try self.inner.renewLeases(leases, seconds: seconds) }
+    func reclaimExpiredLeases() throws -> [(download: StoredDownload, previousHolder: String)] { try self.inner.reclaimExpiredLeases() }
+    func leave(daemon: String) throws { try self.inner.leave(daemon: daemon) }
+    func observeChanges(_ handler: @escaping @Sendable (QueueStoreChange) -> Void) -> (any QueueStoreObservation)? { nil }
+    func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
+        try self.inner.updateDownloads(ids: ids, change)
+    }
+    func insert(_ downloads: [StoredDownload]) throws -> [StoredDownload] { try self.inner.insert(downloads) }
+    func reviveInterruptedDownloads(of daemon: String) throws { try self.inner.reviveInterruptedDownloads(of: daemon) }
+    func batch<T>(_ body: () throws -> T) throws -> T { try self.inner.batch(body) }
+    func purgeFinishedDownloads() throws -> Int { try self.inner.purgeFinishedDownloads() }
+    func deleteDownload(id: Int64) throws { try self.inner.deleteDownload(id: id) }
+    func queueSettings() throws -> QueueSettings? { try self.inner.queueSettings() }
+    func save(_ settings: QueueSettings) throws { try self.inner.save(settings) }
+}
+
+/// Every message a logger was given (for tests that check what the daemon said).
+final class LoggedLines: Sendable {
+    let lines = Mutex<[String]>([])
+    var all: [String] { self.lines.withLock { $0 } }
+
+    /// A handler that appends to these lines.
+    var handler: some LogHandler { Handler(box: self) }
+
+    private struct Handler: LogHandler {
+        let box: LoggedLines
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { self.metadata[key] }
+            set { self.metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            self.box.lines.withLock { $0.append("\(event.level): \(event.message)") }
+        }
+    }
 }
