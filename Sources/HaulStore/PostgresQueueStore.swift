@@ -154,7 +154,7 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
             } else {
                 slot.note("connecting")
                 do {
-                    let connecting = PostgresConnection.connect(
+                    let connecting: EventLoopFuture<PostgresConnection> = PostgresConnection.connect(
                         on: MultiThreadedEventLoopGroup.singleton.any(),
                         configuration: self.configuration,
                         id: slot.id,
@@ -662,13 +662,17 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         let configuration = self.configuration
         let logger = self.logger
         let member = self.member
+        let limit = Double(self.queryTimeout.nanoseconds) / 1e9 + 1
         let task = Task {
             var delay = 0.25
             while !Task.isCancelled {
                 do {
-                    let connection = try await PostgresConnection.connect(
+                    let connecting: EventLoopFuture<PostgresConnection> = PostgresConnection.connect(
                         on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: 3, logger: logger
-                    ).get()
+                    )
+                    let connection = try await Self.value(of: connecting, within: limit) {
+                        connecting.whenSuccess { let _: EventLoopFuture<Void> = $0.close() }
+                    }
                     do {
                         try await connection.listen(on: Self.channel) { notifications in
                             delay = 0.25
@@ -692,6 +696,20 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
             }
         }
         return Observation(task: task)
+    }
+
+    /// `future`'s value, or a ``StoreError`` after `seconds` on a dispatch timer (not the
+    /// future's event loop, which may be the one that is stuck); then `abandon` runs.
+    private static func value<Value: Sendable>(of future: EventLoopFuture<Value>, within seconds: Double, abandon: @escaping @Sendable () -> Void) async throws -> Value {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, any Error>) in
+            let pending = Mutex<CheckedContinuation<Value, any Error>?>(continuation)
+            future.whenComplete { outcome in pending.withLock { $0.take() }?.resume(with: outcome) }
+            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
+                guard let waiting = pending.withLock({ $0.take() }) else { return }
+                abandon()
+                waiting.resume(throwing: StoreError("no answer in \(seconds) s (connecting)"))
+            }
+        }
     }
 
     /// A notification's change, `nil` for this daemon's own (or one it cannot read).
