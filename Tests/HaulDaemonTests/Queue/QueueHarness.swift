@@ -197,7 +197,7 @@ final class FlakyBatchStore: QueueStore {
 /// ``FlakyBatchStore`` as a store only this daemon writes: the queue holds its claims in
 /// memory and saves each with the download's next write, where the failures are injected as
 /// for any change under a lease.
-final class FlakySoleWriterStore: SoleWriterQueueStore {
+final class FlakySoleWriterStore: SoleWriterQueueStore, ForwardingQueueStore {
     let flaky: FlakyBatchStore
 
     init(_ flaky: FlakyBatchStore) { self.flaky = flaky }
@@ -211,53 +211,21 @@ final class FlakySoleWriterStore: SoleWriterQueueStore {
         try self.flaky.inner.waitingDownloads(from: id, limit: limit)
     }
 
-    func batch<T>(_ body: () throws -> T) throws -> T { try self.flaky.batch(body) }
-    var storeDescription: String { self.flaky.storeDescription }
-    var isShared: Bool { self.flaky.isShared }
-    func download(id: Int64) throws -> StoredDownload? { try self.flaky.download(id: id) }
-    func forEachDownload(_ body: (StoredDownload) throws -> Void) throws { try self.flaky.forEachDownload(body) }
-    func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
-        try self.flaky.updateDownload(id: id, change)
-    }
-    func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
-        try self.flaky.updateDownload(id: id, lease: lease, release: release, change)
-    }
-    func confirmLease(id: Int64, lease: QueueLease) throws { try self.flaky.confirmLease(id: id, lease: lease) }
-    func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
-        try self.flaky.claim(claim, change)
-    }
-    func renewLeases(_ leases: [Int64: QueueLease], seconds: Double) throws -> Set<Int64> { try self.flaky.renewLeases(leases, seconds: seconds) }
-    func reclaimExpiredLeases() throws -> [(download: StoredDownload, previousHolder: String)] { try self.flaky.reclaimExpiredLeases() }
-    func heartbeat(daemon: String, pid: Int32, startedAt: Date, liveSeconds: Double) throws -> [DaemonPresence] {
-        try self.flaky.heartbeat(daemon: daemon, pid: pid, startedAt: startedAt, liveSeconds: liveSeconds)
-    }
-    func leave(daemon: String) throws { try self.flaky.leave(daemon: daemon) }
-    func observeChanges(_ handler: @escaping @Sendable (QueueStoreChange) -> Void) -> (any QueueStoreObservation)? {
-        self.flaky.observeChanges(handler)
-    }
-    func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
-        try self.flaky.updateDownloads(ids: ids, change)
-    }
-    func insert(_ downloads: [StoredDownload]) throws -> [StoredDownload] { try self.flaky.insert(downloads) }
-    func reviveInterruptedDownloads(of daemon: String) throws { try self.flaky.reviveInterruptedDownloads(of: daemon) }
-    func purgeFinishedDownloads() throws -> Int { try self.flaky.purgeFinishedDownloads() }
-    func deleteDownload(id: Int64) throws { try self.flaky.deleteDownload(id: id) }
-    func queueSettings() throws -> QueueSettings? { try self.flaky.queueSettings() }
-    func save(_ settings: QueueSettings) throws { try self.flaky.save(settings) }
+    var base: any QueueStore { self.flaky }
 }
 
 /// The embedded store presented as a fleet's (``isShared``), whose heartbeat can be made to
 /// hang until released: the lease keeper's round then does not come back. Everything else is
 /// the embedded store's.
-final class HangingHeartbeatStore: QueueStore {
+final class HangingHeartbeatStore: ForwardingQueueStore {
     let inner: TransferStore
+    var base: any QueueStore { self.inner }
     /// While set, a heartbeat waits until it is cleared.
     let hangs = Mutex(false)
     private let heartbeatBegan = Mutex<ContinuousClock.Instant?>(nil)
 
     init(_ inner: TransferStore) { self.inner = inner }
 
-    var storeDescription: String { "hanging:" + self.inner.storeDescription }
     var isShared: Bool { true }
 
     func heartbeat(daemon: String, pid: Int32, startedAt: Date, liveSeconds: Double) throws -> [DaemonPresence] {
@@ -271,33 +239,48 @@ final class HangingHeartbeatStore: QueueStore {
         guard let began = self.heartbeatBegan.withLock({ $0 }), ContinuousClock.now - began > limit else { return [] }
         return ["test connection: heartbeat held by the test"]
     }
+}
 
-    func download(id: Int64) throws -> StoredDownload? { try self.inner.download(id: id) }
-    func forEachDownload(_ body: (StoredDownload) throws -> Void) throws { try self.inner.forEachDownload(body) }
+/// A test store that passes every call to `base` but those it implements itself.
+protocol ForwardingQueueStore: QueueStore {
+    var base: any QueueStore { get }
+}
+
+extension ForwardingQueueStore {
+    var storeDescription: String { self.base.storeDescription }
+    var isShared: Bool { self.base.isShared }
+    func download(id: Int64) throws -> StoredDownload? { try self.base.download(id: id) }
+    func forEachDownload(_ body: (StoredDownload) throws -> Void) throws { try self.base.forEachDownload(body) }
     func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
-        try self.inner.updateDownload(id: id, change)
+        try self.base.updateDownload(id: id, change)
     }
     func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
-        try self.inner.updateDownload(id: id, lease: lease, release: release, change)
+        try self.base.updateDownload(id: id, lease: lease, release: release, change)
     }
-    func confirmLease(id: Int64, lease: QueueLease) throws { try self.inner.confirmLease(id: id, lease: lease) }
+    func confirmLease(id: Int64, lease: QueueLease) throws { try self.base.confirmLease(id: id, lease: lease) }
     func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
-        try self.inner.claim(claim, change)
+        try self.base.claim(claim, change)
     }
-    func renewLeases(_ leases: [Int64: QueueLease], seconds: Double) throws -> Set<Int64> { try self.inner.renewLeases(leases, seconds: seconds) }
-    func reclaimExpiredLeases() throws -> [(download: StoredDownload, previousHolder: String)] { try self.inner.reclaimExpiredLeases() }
-    func leave(daemon: String) throws { try self.inner.leave(daemon: daemon) }
-    func observeChanges(_ handler: @escaping @Sendable (QueueStoreChange) -> Void) -> (any QueueStoreObservation)? { nil }
+    func renewLeases(_ leases: [Int64: QueueLease], seconds: Double) throws -> Set<Int64> { try self.base.renewLeases(leases, seconds: seconds) }
+    func reclaimExpiredLeases() throws -> [(download: StoredDownload, previousHolder: String)] { try self.base.reclaimExpiredLeases() }
+    func heartbeat(daemon: String, pid: Int32, startedAt: Date, liveSeconds: Double) throws -> [DaemonPresence] {
+        try self.base.heartbeat(daemon: daemon, pid: pid, startedAt: startedAt, liveSeconds: liveSeconds)
+    }
+    func leave(daemon: String) throws { try self.base.leave(daemon: daemon) }
+    func observeChanges(_ handler: @escaping @Sendable (QueueStoreChange) -> Void) -> (any QueueStoreObservation)? {
+        self.base.observeChanges(handler)
+    }
+    func callsInFlight(longerThan limit: Duration) -> [String] { self.base.callsInFlight(longerThan: limit) }
     func updateDownloads(ids: [Int64], _ change: (inout StoredDownload) throws -> Bool) throws -> [StoredDownload] {
-        try self.inner.updateDownloads(ids: ids, change)
+        try self.base.updateDownloads(ids: ids, change)
     }
-    func insert(_ downloads: [StoredDownload]) throws -> [StoredDownload] { try self.inner.insert(downloads) }
-    func reviveInterruptedDownloads(of daemon: String) throws { try self.inner.reviveInterruptedDownloads(of: daemon) }
-    func batch<T>(_ body: () throws -> T) throws -> T { try self.inner.batch(body) }
-    func purgeFinishedDownloads() throws -> Int { try self.inner.purgeFinishedDownloads() }
-    func deleteDownload(id: Int64) throws { try self.inner.deleteDownload(id: id) }
-    func queueSettings() throws -> QueueSettings? { try self.inner.queueSettings() }
-    func save(_ settings: QueueSettings) throws { try self.inner.save(settings) }
+    func insert(_ downloads: [StoredDownload]) throws -> [StoredDownload] { try self.base.insert(downloads) }
+    func reviveInterruptedDownloads(of daemon: String) throws { try self.base.reviveInterruptedDownloads(of: daemon) }
+    func batch<T>(_ body: () throws -> T) throws -> T { try self.base.batch(body) }
+    func purgeFinishedDownloads() throws -> Int { try self.base.purgeFinishedDownloads() }
+    func deleteDownload(id: Int64) throws { try self.base.deleteDownload(id: id) }
+    func queueSettings() throws -> QueueSettings? { try self.base.queueSettings() }
+    func save(_ settings: QueueSettings) throws { try self.base.save(settings) }
 }
 
 /// Every message a logger was given (for tests that check what the daemon said).
