@@ -66,6 +66,8 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     /// The longest one statement (or a connection attempt) may take before the connection is
     /// given up.
     public let queryTimeout: TimeAmount
+    /// Where the connections live (the process's shared NIO group unless told otherwise).
+    private let eventLoopGroup: any EventLoopGroup
     private let logger: Logger
     private let general = Slot(id: 1, name: "queue connection")
     private let leases = Slot(id: 2, name: "lease connection")
@@ -97,16 +99,30 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     /// - Parameters:
     ///   - member: the daemon's name in the fleet (its notifications carry it).
     /// - Throws: ``StoreError`` with the server's answer when it cannot be reached or refuses.
-    public init(location: Location, member: String = PostgresQueueStore.defaultMember(), queryTimeout: TimeAmount = .seconds(5), logger: Logger) throws {
+    ///   - eventLoopGroup: where the connections run (default: NIO's shared group).
+    public init(
+        location: Location,
+        member: String = PostgresQueueStore.defaultMember(),
+        queryTimeout: TimeAmount = .seconds(5),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger
+    ) throws {
         self.location = location
         self.member = member
         self.queryTimeout = queryTimeout
+        self.eventLoopGroup = eventLoopGroup
         self.logger = logger
         try self.withConnection(self.general) { connection in try self.migrate(connection) }
     }
 
-    public convenience init(url: String, member: String = PostgresQueueStore.defaultMember(), queryTimeout: TimeAmount = .seconds(5), logger: Logger) throws {
-        try self.init(location: Location(url: url), member: member, queryTimeout: queryTimeout, logger: logger)
+    public convenience init(
+        url: String,
+        member: String = PostgresQueueStore.defaultMember(),
+        queryTimeout: TimeAmount = .seconds(5),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger
+    ) throws {
+        try self.init(location: Location(url: url), member: member, queryTimeout: queryTimeout, eventLoopGroup: eventLoopGroup, logger: logger)
     }
 
     /// `HOST-PID`: unique among running daemons.
@@ -119,9 +135,7 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         // The closure holds each connection until it is closed (PostgresNIO asserts that a
         // connection is closed before it goes).
         for slot in [self.general, self.leases] {
-            guard let connection = slot.connection else { continue }
-            let closing: EventLoopFuture<Void> = connection.close()
-            closing.whenComplete { _ in withExtendedLifetime(connection) {} }
+            if let connection = slot.connection { Self.close(connection) }
         }
     }
 
@@ -155,14 +169,14 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
                 slot.note("connecting")
                 do {
                     let connecting: EventLoopFuture<PostgresConnection> = PostgresConnection.connect(
-                        on: MultiThreadedEventLoopGroup.singleton.any(),
+                        on: self.eventLoopGroup.any(),
                         configuration: self.configuration,
                         id: slot.id,
                         logger: self.logger
                     )
-                    connection = try self.wait(for: connecting, what: "connecting") { connecting.whenSuccess { let _: EventLoopFuture<Void> = $0.close() } }
-                } catch let error as StoreError {
-                    throw error
+                    connection = try self.wait(for: connecting, what: "connecting") { connecting.whenSuccess { Self.close($0) } }
+                } catch let unanswered as Unanswered {
+                    throw unanswered.error
                 } catch {
                     throw StoreError("cannot reach the store \(self.location): \(Self.describe(error))")
                 }
@@ -170,6 +184,10 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
             }
             do {
                 return try body(connection)
+            } catch let unanswered as Unanswered {
+                // Closed by the time out, perhaps not yet (its loop may be stuck): not used again.
+                slot.connection = nil
+                throw unanswered.error
             } catch let error as StoreError {
                 throw error
             } catch let error as QueueLeaseLost {
@@ -198,9 +216,9 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         let step = "running \(Self.summary(of: query.sql))"
         (connection.id == self.leases.id ? self.leases : self.general).note(step)
         let result = connection.query(query, logger: self.logger)
-        let timeout = connection.eventLoop.scheduleTask(in: self.queryTimeout) { let _: EventLoopFuture<Void> = connection.close() }
+        let timeout = connection.eventLoop.scheduleTask(in: self.queryTimeout) { Self.close(connection) }
         defer { timeout.cancel() }
-        return try self.wait(for: result, what: step) { let _: EventLoopFuture<Void> = connection.close() }
+        return try self.wait(for: result, what: step) { Self.close(connection) }
     }
 
     /// The value of `future`, waited for at most ``queryTimeout`` and a second, on this
@@ -221,9 +239,21 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
             abandon()
             let error = StoreError("no answer from the store \(self.location) in \(limit) s (\(what))")
             self.logger.warning("store: \(error)")
-            throw error
+            throw Unanswered(error: error)
         }
         return try result.withLock { $0! }.get()
+    }
+
+    /// Closes `connection` without waiting, and keeps it until it is closed: PostgresNIO traps
+    /// when a connection goes before it is closed (and its loop may be busy for a while).
+    private static func close(_ connection: PostgresConnection) {
+        let closing: EventLoopFuture<Void> = connection.close()
+        closing.whenComplete { _ in withExtendedLifetime(connection) {} }
+    }
+
+    /// A call given up by ``wait(for:what:abandon:)``: its connection is not used again.
+    private struct Unanswered: Error {
+        let error: StoreError
     }
 
     /// The first words of a statement, for a log line.
@@ -663,15 +693,16 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         let logger = self.logger
         let member = self.member
         let limit = Double(self.queryTimeout.nanoseconds) / 1e9 + 1
+        let group = self.eventLoopGroup
         let task = Task {
             var delay = 0.25
             while !Task.isCancelled {
                 do {
                     let connecting: EventLoopFuture<PostgresConnection> = PostgresConnection.connect(
-                        on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: 3, logger: logger
+                        on: group.any(), configuration: configuration, id: 3, logger: logger
                     )
                     let connection = try await Self.value(of: connecting, within: limit) {
-                        connecting.whenSuccess { let _: EventLoopFuture<Void> = $0.close() }
+                        connecting.whenSuccess { Self.close($0) }
                     }
                     do {
                         try await connection.listen(on: Self.channel) { notifications in

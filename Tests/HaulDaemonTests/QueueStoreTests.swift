@@ -3,6 +3,7 @@ import HaulCore
 import HaulStore
 import HaulTestSupport
 import Logging
+import NIOPosix
 import Synchronization
 import Testing
 
@@ -236,6 +237,39 @@ struct QueueStoreTests {
         let daemons = try await blocking(beat).get()
         #expect(daemons.map(\.name) == ["a"], "the next call connects again")
         try await proxy.shutdown()
+    }
+
+    @Test("A store call whose event loop is stuck gives up on its own clock; the next call connects again", .timeLimit(.minutes(1)))
+    func stuckEventLoop() async throws {
+        let cluster = try await Self.startCluster()
+        defer { cluster.stop() }
+        try cluster.createDatabase("stuck")
+        // The store's own loop, so that blocking it stops nothing else in the test process.
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        // The store goes (closing its connections on the loop) before the loop does.
+        try await Self.callOnStuckLoop(group: group, url: cluster.url(database: "stuck"))
+        try await group.shutdownGracefully()
+    }
+
+    private static func callOnStuckLoop(group: MultiThreadedEventLoopGroup, url: String) async throws {
+        let store = try PostgresQueueStore(url: url, member: "a", queryTimeout: .seconds(1), eventLoopGroup: group, logger: Logger(label: "test"))
+        let beat = { @Sendable in Result { try store.heartbeat(daemon: "a", pid: 1, startedAt: Date(), liveSeconds: 3) } }
+        _ = try await blocking(beat).get()
+
+        // The loop runs a job that does not return: its timers (the statement's time out among
+        // them) cannot fire, and the answer cannot be read.
+        let release = DispatchSemaphore(value: 0)
+        group.next().execute { release.wait() }
+        let began = ContinuousClock.now
+        let failure = await blocking(beat)
+        let waited = ContinuousClock.now - began
+        #expect(throws: PostgresQueueStore.StoreError.self) { try failure.get() }
+        #expect("\(failure)".contains("no answer from the store"), "\(failure)")
+        #expect(waited >= .seconds(2) && waited < .seconds(4), "the time out and a second: \(waited)")
+
+        release.signal()
+        let daemons = try await blocking(beat).get()
+        #expect(daemons.map(\.name) == ["a"], "the next call connects again")
     }
 
     static func wait(_ condition: () -> Bool) async -> Bool {
