@@ -14,7 +14,9 @@ import Synchronization
 ///   `haul daemon status` and the fleet's share of the speed limit).
 /// - Every tenth of the lease (on its own timer, never behind a store call that hangs): a
 ///   download whose lease was not renewed for 60 % of its length stops, writing nothing, so
-///   that it has stopped before the lease can expire and another daemon take it over.
+///   that it has stopped before the lease can expire and another daemon take it over; and a
+///   keeper round that has not come back for a whole lease is logged once, with the store
+///   calls in flight (they are bounded, so that is a bug to report).
 /// - Changes of other daemons arrive as notifications and are applied on `work`: the index is
 ///   updated, downloads that wait again are handed to the scheduler, and a download running
 ///   here that another door paused or removed stops.
