@@ -258,8 +258,9 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
 
     /// The first words of a statement, for a log line.
     private static func summary(of sql: String) -> String {
-        let words = sql.split(whereSeparator: \.isWhitespace).prefix(6).joined(separator: " ")
-        return words.count < sql.count ? "'\(words) …'" : "'\(words)'"
+        let words = sql.split(whereSeparator: \.isWhitespace)
+        let first = words.prefix(6).joined(separator: " ")
+        return words.count > 6 ? "'\(first) …'" : "'\(first)'"
     }
 
     public func callsInFlight(longerThan limit: Duration) -> [String] {
@@ -694,6 +695,7 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         let member = self.member
         let limit = Double(self.queryTimeout.nanoseconds) / 1e9 + 1
         let group = self.eventLoopGroup
+        let location = self.location
         let task = Task {
             var delay = 0.25
             while !Task.isCancelled {
@@ -701,7 +703,7 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
                     let connecting: EventLoopFuture<PostgresConnection> = PostgresConnection.connect(
                         on: group.any(), configuration: configuration, id: 3, logger: logger
                     )
-                    let connection = try await Self.value(of: connecting, within: limit) {
+                    let connection = try await Self.value(of: connecting, within: limit, what: "the store \(location), connecting") {
                         connecting.whenSuccess { Self.close($0) }
                     }
                     do {
@@ -731,14 +733,19 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
 
     /// `future`'s value, or a ``StoreError`` after `seconds` on a dispatch timer (not the
     /// future's event loop, which may be the one that is stuck); then `abandon` runs.
-    private static func value<Value: Sendable>(of future: EventLoopFuture<Value>, within seconds: Double, abandon: @escaping @Sendable () -> Void) async throws -> Value {
+    private static func value<Value: Sendable>(
+        of future: EventLoopFuture<Value>,
+        within seconds: Double,
+        what: String,
+        abandon: @escaping @Sendable () -> Void
+    ) async throws -> Value {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, any Error>) in
             let pending = Mutex<CheckedContinuation<Value, any Error>?>(continuation)
             future.whenComplete { outcome in pending.withLock { $0.take() }?.resume(with: outcome) }
             DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
                 guard let waiting = pending.withLock({ $0.take() }) else { return }
                 abandon()
-                waiting.resume(throwing: StoreError("no answer in \(seconds) s (connecting)"))
+                waiting.resume(throwing: StoreError("no answer in \(seconds) s (\(what))"))
             }
         }
     }
