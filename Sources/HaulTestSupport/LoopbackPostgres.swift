@@ -6,6 +6,10 @@ import Foundation
 /// the cluster belongs to the `postgres` user (PostgreSQL refuses to run as root).
 ///
 /// ``url(database:)`` is the `postgres://` URL of a database in it (``createDatabase(_:)``).
+///
+/// A test process that crashes never calls ``stop()``: each cluster records the process that
+/// made it (`owner.pid`), and the first ``start()`` of a process stops and deletes the clusters
+/// whose process is gone.
 public final class LoopbackPostgres: @unchecked Sendable {
     // @unchecked: immutable after start.
     public let directory: URL
@@ -31,8 +35,10 @@ public final class LoopbackPostgres: @unchecked Sendable {
     /// Creates and starts a cluster; waits until it accepts connections.
     public static func start() throws -> LoopbackPostgres {
         guard let bin = Self.binDirectory else { throw PostgresError("PostgreSQL is not installed (apt-get install postgresql)") }
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-pg-\(UUID().uuidString)")
+        _ = Self.abandonedClustersStopped
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("\(Self.directoryPrefix)\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try Data("\(getpid())".utf8).write(to: directory.appendingPathComponent("owner.pid"))
         let asRoot = geteuid() == 0
         let owner = asRoot ? "postgres" : (ProcessInfo.processInfo.environment["USER"] ?? "haul")
         if asRoot {
@@ -45,6 +51,34 @@ public final class LoopbackPostgres: @unchecked Sendable {
         let cluster = LoopbackPostgres(directory: directory, port: port, user: owner)
         try cluster.startServer()
         return cluster
+    }
+
+    static let directoryPrefix = "haul-pg-"
+
+    /// ``stopAbandonedClusters()``, once a process.
+    static let abandonedClustersStopped = LoopbackPostgres.stopAbandonedClusters()
+
+    /// Stops and deletes the clusters whose test process is gone; returns how many.
+    @discardableResult
+    public static func stopAbandonedClusters() -> Int {
+        guard let bin = Self.binDirectory else { return 0 }
+        let temporary = FileManager.default.temporaryDirectory
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: temporary.path)) ?? []
+        var stopped = 0
+        for name in names where name.hasPrefix(Self.directoryPrefix) {
+            let directory = temporary.appendingPathComponent(name)
+            guard let text = try? String(contentsOf: directory.appendingPathComponent("owner.pid"), encoding: .utf8),
+                let owner = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)),
+                kill(owner, 0) != 0, errno == ESRCH
+            else { continue }
+            _ = try? Self.run(
+                ["\(bin)/pg_ctl", "-D", directory.appendingPathComponent("data").path, "-m", "immediate", "-w", "stop"],
+                asUser: geteuid() == 0 ? "postgres" : nil
+            )
+            try? FileManager.default.removeItem(at: directory)
+            stopped += 1
+        }
+        return stopped
     }
 
     private func startServer() throws {

@@ -272,6 +272,27 @@ struct QueueStoreTests {
         #expect(daemons.map(\.name) == ["a"], "the next call connects again")
     }
 
+    @Test("A cluster whose test process died is stopped and deleted by the next process's first start")
+    func abandonedCluster() async throws {
+        let cluster = try await Self.startCluster()
+        defer { cluster.stop() }
+        // A process that has ended: its pid names nobody now.
+        let ended = Process()
+        ended.executableURL = URL(fileURLWithPath: "/bin/true")
+        try ended.run()
+        ended.waitUntilExit()
+        try Data("\(ended.processIdentifier)".utf8).write(to: cluster.directory.appendingPathComponent("owner.pid"))
+        let alive = try await Self.startCluster()
+        defer { alive.stop() }
+
+        let stopped = await blocking { LoopbackPostgres.stopAbandonedClusters() }
+        #expect(stopped == 1)
+        #expect(!FileManager.default.fileExists(atPath: cluster.directory.path))
+        #expect(FileManager.default.fileExists(atPath: alive.directory.path), "a cluster of this process stays")
+        #expect(throws: (any Error).self, "its server no longer listens") { _ = try RawHTTPConnection(port: cluster.port, timeoutSeconds: 2) }
+        #expect(throws: Never.self, "the live one still does") { _ = try RawHTTPConnection(port: alive.port, timeoutSeconds: 2) }
+    }
+
     static func wait(_ condition: () -> Bool) async -> Bool {
         let deadline = ContinuousClock.now + .seconds(5)
         while ContinuousClock.now < deadline {
