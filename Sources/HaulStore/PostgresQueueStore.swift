@@ -19,7 +19,9 @@ import Synchronization
 /// must not wait behind the queue's work. A third listens for notifications. Each method is
 /// one transaction and waits for it, at most ``queryTimeout`` per statement: a store that
 /// stops answering (a partition) closes the connection, the call fails, and the next call
-/// connects again. The schema is migrated at open, under an advisory lock, so daemons
+/// connects again. The caller also waits on its own clock (the timeout and a second), so a
+/// call returns even if the connection's event loop is stuck; ``callsInFlight(longerThan:)``
+/// says what each connection is doing meanwhile. The schema is migrated at open, under an advisory lock, so daemons
 /// starting together migrate it once; shipped migrations are never edited.
 public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     // @unchecked: each slot's connection is guarded by its lock; calls on a slot are
