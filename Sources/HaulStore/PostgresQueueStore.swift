@@ -85,14 +85,29 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         var connection: PostgresConnection?
         /// The call that holds the lock: when it began and what it waits for now (read by
         /// ``callsInFlight(longerThan:)`` without the lock, from another thread).
-        let activity = Mutex<(began: ContinuousClock.Instant, step: String)?>(nil)
+        let activity = Mutex<(began: ContinuousClock.Instant, step: Step)?>(nil)
         init(id: Int, name: String) {
             self.id = id
             self.name = name
         }
 
-        func note(_ step: String) {
+        func note(_ step: Step) {
             self.activity.withLock { activity in activity = (activity?.began ?? .now, step) }
+        }
+
+        /// What a call waits for. A statement keeps its text (a reference, no work): its summary
+        /// is made only when someone asks, not on every statement.
+        enum Step: CustomStringConvertible {
+            case starting, connecting
+            case running(sql: String)
+
+            var description: String {
+                switch self {
+                case .starting: "starting"
+                case .connecting: "connecting"
+                case .running(let sql): "running \(PostgresQueueStore.summary(of: sql))"
+                }
+            }
         }
     }
 
@@ -162,13 +177,13 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
 
     private func withConnection<T>(_ slot: Slot, _ body: (PostgresConnection) throws -> T) throws -> T {
         try slot.lock.withLock {
-            slot.activity.withLock { $0 = (.now, "starting") }
+            slot.activity.withLock { $0 = (.now, .starting) }
             defer { slot.activity.withLock { $0 = nil } }
             let connection: PostgresConnection
             if let open = slot.connection, !open.isClosed {
                 connection = open
             } else {
-                slot.note("connecting")
+                slot.note(.connecting)
                 do {
                     let connecting: EventLoopFuture<PostgresConnection> = PostgresConnection.connect(
                         on: self.eventLoopGroup.any(),
@@ -215,12 +230,11 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     /// (which fails the statement) and opened again by the next call.
     @discardableResult
     private func run(_ connection: PostgresConnection, _ query: PostgresQuery) throws -> PostgresQueryResult {
-        let step = "running \(Self.summary(of: query.sql))"
-        (connection.id == self.leases.id ? self.leases : self.general).note(step)
+        (connection.id == self.leases.id ? self.leases : self.general).note(.running(sql: query.sql))
         let result = connection.query(query, logger: self.logger)
         let timeout = connection.eventLoop.scheduleTask(in: self.queryTimeout) { Self.close(connection) }
         defer { timeout.cancel() }
-        return try self.wait(for: result, what: step) { Self.close(connection) }
+        return try self.wait(for: result, what: "running \(Self.summary(of: query.sql))") { Self.close(connection) }
     }
 
     /// The value of `future`, waited for at most ``queryTimeout`` and a second, on this
@@ -229,7 +243,7 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     /// would answer is stuck, and a caller such as the lease keeper never waits for ever. On
     /// time out, `abandon` runs (closing the connection) and a ``StoreError`` saying what had
     /// no answer is thrown, logged as a warning.
-    private func wait<Value: Sendable>(for future: EventLoopFuture<Value>, what: String, abandon: () -> Void) throws -> Value {
+    private func wait<Value: Sendable>(for future: EventLoopFuture<Value>, what: @autoclosure () -> String, abandon: () -> Void) throws -> Value {
         let answered = DispatchSemaphore(value: 0)
         let result = Mutex<Result<Value, any Error>?>(nil)
         future.whenComplete { outcome in
@@ -239,7 +253,7 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         let limit = Double(self.queryTimeout.nanoseconds) / 1e9 + 1
         if answered.wait(timeout: .now() + limit) == .timedOut {
             abandon()
-            let error = StoreError("no answer from the store \(self.location) in \(limit) s (\(what))")
+            let error = StoreError("no answer from the store \(self.location) in \(limit) s (\(what()))")
             self.logger.warning("store: \(error)")
             throw Unanswered(error: error)
         }
@@ -259,7 +273,7 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     }
 
     /// The first words of a statement, for a log line.
-    private static func summary(of sql: String) -> String {
+    fileprivate static func summary(of sql: String) -> String {
         let words = sql.split(whereSeparator: \.isWhitespace)
         let first = words.prefix(6).joined(separator: " ")
         return words.count > 6 ? "'\(first) …'" : "'\(first)'"

@@ -24,11 +24,6 @@ public enum JSONNesting {
         return Self.exceeds(limit, inBuffer: Array(bytes))
     }
 
-    /// ``exceeds(_:in:)`` on contiguous bytes.
-    public static func exceeds(_ limit: Int = Self.limit, in bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        Self.exceeds(limit, inBuffer: bytes)
-    }
-
     private static func exceeds(_ limit: Int, inBuffer bytes: some Collection<UInt8>) -> Bool {
         var depth = 0
         var inString = false
