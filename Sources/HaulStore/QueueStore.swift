@@ -68,9 +68,9 @@ public protocol QueueStore: Sendable {
     /// nobody else can change this store.
     func observeChanges(_ handler: @escaping @Sendable (QueueStoreChange) -> Void) -> (any QueueStoreObservation)?
 
-    /// The store calls in flight for longer than `limit` ("leases: UPDATE queuedDownload SET
-    /// leaseUntil = … — 12.3 s, waiting for the answer"), for a daemon's log when its lease keeper
-    /// stops coming back. Empty for a store of one daemon.
+    /// The store calls in flight for longer than `limit` ("lease connection: running 'UPDATE
+    /// haul_queued_download SET …', for 12.3 s"), for a daemon's log when its lease keeper stops
+    /// coming back. Empty for a store of one daemon.
     func callsInFlight(longerThan limit: Duration) -> [String]
 
     /// Changes many downloads in one transaction: `change` says whether it changed the row.

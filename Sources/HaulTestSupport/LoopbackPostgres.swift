@@ -61,7 +61,7 @@ public final class LoopbackPostgres: @unchecked Sendable {
     /// Stops and deletes the clusters whose test process is gone; returns how many.
     @discardableResult
     public static func stopAbandonedClusters() -> Int {
-        guard let bin = Self.binDirectory else { return 0 }
+        guard Self.isAvailable else { return 0 }
         let temporary = FileManager.default.temporaryDirectory
         let names = (try? FileManager.default.contentsOfDirectory(atPath: temporary.path)) ?? []
         var stopped = 0
@@ -71,11 +71,7 @@ public final class LoopbackPostgres: @unchecked Sendable {
                 let owner = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)),
                 kill(owner, 0) != 0, errno == ESRCH
             else { continue }
-            _ = try? Self.run(
-                ["\(bin)/pg_ctl", "-D", directory.appendingPathComponent("data").path, "-m", "immediate", "-w", "stop"],
-                asUser: geteuid() == 0 ? "postgres" : nil
-            )
-            try? FileManager.default.removeItem(at: directory)
+            Self.stopAndDelete(directory)
             stopped += 1
         }
         return stopped
@@ -118,13 +114,18 @@ public final class LoopbackPostgres: @unchecked Sendable {
 
     /// Stops the server at once and deletes the cluster.
     public func stop() {
+        Self.stopAndDelete(self.directory)
+    }
+
+    /// Stops the server of the cluster in `directory` at once (if it runs) and deletes it.
+    private static func stopAndDelete(_ directory: URL) {
         if let bin = Self.binDirectory {
             _ = try? Self.run(
-                ["\(bin)/pg_ctl", "-D", self.directory.appendingPathComponent("data").path, "-m", "immediate", "-w", "stop"],
+                ["\(bin)/pg_ctl", "-D", directory.appendingPathComponent("data").path, "-m", "immediate", "-w", "stop"],
                 asUser: geteuid() == 0 ? "postgres" : nil
             )
         }
-        try? FileManager.default.removeItem(at: self.directory)
+        try? FileManager.default.removeItem(at: directory)
     }
 
     /// Runs a program to its end with `posix_spawn` and `waitpid`: Foundation's `Process`
