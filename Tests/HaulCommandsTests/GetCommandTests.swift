@@ -187,6 +187,34 @@ struct GetCommandTests {
         try await server.shutdown()
     }
 
+    @Test("A list of many URLs of one name keeps every file, numbered; a second run numbers on without replacing any")
+    func manyURLsOfOneName() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        let count = 150
+        let urls = (0..<count).map { server.url("/file/download?size=\(500 + $0)&seed=\($0)").absoluteString }
+        let list = directory.appendingPathComponent("list.txt")
+        try urls.joined(separator: "\n").write(to: list, atomically: true, encoding: .utf8)
+        let names = ["download"] + (1..<(2 * count)).map { "download (\($0))" }
+        func contents() throws -> Set<Data> {
+            Set(try listing(directory).filter { $0 != "list.txt" }.map { try Data(contentsOf: directory.appendingPathComponent($0)) })
+        }
+        let expected = Set((0..<count).map { Data(TestContent.bytes(0..<Int64(500 + $0), seed: UInt64($0))) })
+
+        let first = try await HaulProcess.run(["get", "-q", "-j", "8", "-i", list.path], directory: directory)
+        #expect(first.status == 0, "\(first.standardError)")
+        #expect(listing(directory) == (["list.txt"] + names.prefix(count)).sorted())
+        #expect(try contents() == expected, "each URL's bytes are in one of the files")
+
+        let second = try await HaulProcess.run(["get", "-q", "-j", "8", "-i", list.path], directory: directory)
+        #expect(second.status == 0, "\(second.standardError)")
+        #expect(listing(directory) == (["list.txt"] + names).sorted())
+        var counts: [Data: Int] = [:]
+        for name in names { counts[try Data(contentsOf: directory.appendingPathComponent(name)), default: 0] += 1 }
+        #expect(Set(counts.keys) == expected && counts.values.allSatisfy { $0 == 2 }, "every URL's bytes twice: nothing replaced")
+        try await server.shutdown()
+    }
+
     @Test("kill -9 of haul get loses at most the bytes before its checkpoint; the next run continues from the partial file")
     func crashAndContinue() async throws {
         let server = try await FaultInjectingHTTPServer.start()

@@ -69,8 +69,43 @@ struct FileNamingTests {
         #expect(FileNaming.numberedAlternative(to: "a.pdf", index: 1) == "a (1).pdf")
         #expect(FileNaming.numberedAlternative(to: "b.tar.gz", index: 2) == "b (2).tar.gz")
         #expect(FileNaming.numberedAlternative(to: "README", index: 3) == "README (3)")
-        let taken: Set = ["a.pdf", "a (1).pdf"]
-        #expect(FileNaming.firstAvailableName(for: "a.pdf") { taken.contains($0) } == "a (2).pdf")
+        var taken: Set = ["a.pdf", "a (1).pdf"]
+        #expect(FileNaming.firstAvailableName(for: "a.pdf") { taken.contains($0) } == ("a (2).pdf", 2))
+        #expect(FileNaming.firstAvailableName(for: "b.pdf") { taken.contains($0) } == ("b.pdf", 0))
+        // Going on from a number: the same answer as from 0 when the names below are taken,
+        // with one question instead of one per name below.
+        taken.formUnion((2..<500).map { FileNaming.numberedAlternative(to: "a.pdf", index: $0) })
+        var questions = 0
+        let next = FileNaming.firstAvailableName(for: "a.pdf", from: 499) { questions += 1; return taken.contains($0) }
+        #expect(next == ("a (500).pdf", 500))
+        #expect(FileNaming.firstAvailableName(for: "a.pdf") { taken.contains($0) } == next)
+        #expect(questions == 2)
+    }
+
+    @Test("A free number is found in about 2·log₂(n) questions where n numbers in a row are taken")
+    func freeNumberIsFoundByHalving() {
+        for count in [0, 1, 2, 3, 7, 8, 9, 100, 1_000, 9_999, 65_536, 1_000_000] {
+            var questions = 0
+            // 0 (the plain name) … count are taken.
+            let free = FileNaming.freeNumber(after: 0) { number in
+                questions += 1
+                return number <= count
+            }
+            #expect(free == count + 1, "with \(count) numbers taken")
+            let bound = 2 * Int(log2(Double(count + 2)).rounded(.up)) + 2
+            #expect(questions <= bound, "\(questions) questions for \(count) numbers taken")
+        }
+        var questions = 0
+        _ = FileNaming.freeNumber(after: 0) { _ in questions += 1; return true }
+        #expect(questions == 64, "a name system that says every name is taken gets a bounded number of questions")
+        // From a number known taken: the next one, asked once.
+        questions = 0
+        #expect(FileNaming.freeNumber(after: 41) { questions += 1; return $0 <= 41 } == 42)
+        #expect(questions == 1)
+        // Numbers with a gap: a free one, above the number given.
+        let taken: Set = [1, 2, 3, 5, 6]
+        let answer = FileNaming.freeNumber(after: 0) { taken.contains($0) }
+        #expect(answer > 0 && !taken.contains(answer))
     }
 }
 

@@ -34,4 +34,40 @@ struct NoOverwriteMoveTests {
         // A missing source is an error, not a silent success.
         #expect(throws: NoOverwriteMove.Failure.self) { try NoOverwriteMove.move(directory + "/none", to: directory + "/other") }
     }
+
+    @Test("Many files of one name: each gets the next free number, and a freed name is used again")
+    func manyFilesOfOneName() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // A directory left by an earlier run: data.bin, data (1).bin … data (299).bin.
+        FileManager.default.createFile(atPath: directory + "/data.bin", contents: Data("0".utf8))
+        for number in 1..<300 {
+            FileManager.default.createFile(atPath: directory + "/data (\(number)).bin", contents: Data("\(number)".utf8))
+        }
+        func place(_ text: String) throws -> String {
+            let source = directory + "/incoming.part"
+            try Data(text.utf8).write(to: URL(fileURLWithPath: source))
+            return try NoOverwriteMove.moveChoosingFreeName(source, directory: directory, name: "data.bin")
+        }
+        for number in 300..<340 {
+            let placed = try place("new \(number)")
+            #expect(placed == directory + "/data (\(number)).bin")
+            #expect(try String(contentsOfFile: placed, encoding: .utf8) == "new \(number)")
+        }
+        // Nothing was replaced on the way.
+        for number in 1..<300 {
+            #expect(try String(contentsOfFile: directory + "/data (\(number)).bin", encoding: .utf8) == "\(number)")
+        }
+        // Someone else takes the next number between two placements: skipped, not replaced.
+        FileManager.default.createFile(atPath: directory + "/data (340).bin", contents: Data("theirs".utf8))
+        #expect(try place("mine") == directory + "/data (341).bin")
+        #expect(try String(contentsOfFile: directory + "/data (340).bin", encoding: .utf8) == "theirs")
+        // The numbered files are deleted: the numbers are free again, the plain name is not.
+        for number in 1...341 { unlink(directory + "/data (\(number)).bin") }
+        #expect(try place("again") == directory + "/data (1).bin")
+        // Everything is deleted: the plain name first.
+        unlink(directory + "/data.bin")
+        unlink(directory + "/data (1).bin")
+        #expect(try place("fresh") == directory + "/data.bin")
+    }
 }

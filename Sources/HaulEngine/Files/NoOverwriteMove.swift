@@ -5,6 +5,7 @@ import Musl
 #endif
 import Foundation
 import HaulCore
+import Synchronization
 
 /// Moves files into place without ever replacing an existing file.
 package enum NoOverwriteMove {
@@ -73,18 +74,51 @@ package enum NoOverwriteMove {
         try self.placeChoosingFreeName(directory: directory, name: name) { path in try file.link(to: path) }
     }
 
+    /// Places a file at `directory/name`, or at the first free `name (n)` when that is taken.
+    ///
+    /// A directory already holding `name`, `name (1)` … `name (n)` costs about 2·log₂(n)
+    /// `lstat`s (``FileNaming/freeNumber(after:isTaken:)``), not n failed placements; and the
+    /// number this process gave a name last is where its next copy starts, so a run placing
+    /// 10,000 files of one name makes about four calls a file, not 5,000.
     private static func placeChoosingFreeName(directory: String, name: String, place: (String) throws -> Void) throws -> String {
-        var index = 0
-        while true {
-            let candidate = index == 0 ? name : FileNaming.numberedAlternative(to: name, index: index)
-            let path = (directory as NSString).appendingPathComponent(candidate)
+        let plain = (directory as NSString).appendingPathComponent(name)
+        do {
+            try place(plain)
+            return plain
+        } catch let failure as Failure where failure.isExists {}
+        func path(_ number: Int) -> String {
+            (directory as NSString).appendingPathComponent(FileNaming.numberedAlternative(to: name, index: number))
+        }
+        // The number last given here, if that file is still there (else the search starts over:
+        // files deleted since may have freed lower numbers).
+        var taken = 0
+        if let last = Self.lastNumbers.withLock({ $0[plain] }), Self.exists(path(last)) { taken = last }
+        for _ in 0..<64 {
+            let number = FileNaming.freeNumber(after: taken) { Self.exists(path($0)) }
+            let candidate = path(number)
             do {
-                try place(path)
-                return path
+                try place(candidate)
+                Self.lastNumbers.withLock { numbers in
+                    if numbers.count >= Self.lastNumbersKept, numbers[plain] == nil { numbers.removeAll(keepingCapacity: true) }
+                    numbers[plain] = number
+                }
+                return candidate
             } catch let failure as Failure where failure.isExists {
-                index += 1
-                if index > 10_000 { throw Failure.exists(path) }
+                taken = number  // taken since the search: another writer is numbering the same name
             }
         }
+        throw Failure.exists(path(taken))
     }
+
+    /// Whether something (a file, a directory, a dangling link) has this name. An error other
+    /// than "no such file" counts as free: the placement that follows then reports it.
+    private static func exists(_ path: String) -> Bool {
+        var status = stat()
+        return lstat(path, &status) == 0
+    }
+
+    /// The number this process last gave each taken name, by the plain name's path; forgotten
+    /// all at once past ``lastNumbersKept`` names (a long-running daemon names many).
+    private static let lastNumbers = Mutex<[String: Int]>([:])
+    private static let lastNumbersKept = 256
 }
