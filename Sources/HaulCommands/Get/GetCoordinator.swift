@@ -208,7 +208,8 @@ final class GetCoordinator: @unchecked Sendable {
     /// Base names already used by a job of this run: two URLs ending in the same name must not
     /// share a partial file.
     private var claimedNames: Set<String> = []
-    /// For each name a URL suggested, the number after the last one ``claimBaseName(for:)`` gave it.
+    /// For each taken name a URL suggested, the number after the last one ``claimBaseName(for:)``
+    /// gave it.
     private var nextNumbers: [String: Int] = [:]
     /// The checkpoint files (`*.haul-resume`) in the download directory when the run began, for
     /// a run of several URLs: one directory listing instead of one failed `open` per URL.
@@ -241,9 +242,11 @@ final class GetCoordinator: @unchecked Sendable {
     private func claimBaseName(for url: URL) -> (claimed: String, suggested: String) {
         let wanted = FileNaming.suggestedFilename(contentDisposition: nil, url: url)
         return self.lock.withLock {
-            // Names are only ever added, so the search for a name goes on from the number it
-            // last gave: 10,000 URLs all named `download` cost 10,000 questions, not 50 million.
-            let (name, number) = FileNaming.firstAvailableName(for: wanted, from: self.nextNumbers[wanted] ?? 0) {
+            // Most names are new: one hash.
+            if self.claimedNames.insert(wanted).inserted { return (wanted, wanted) }
+            // Names are only ever added, so the search for a taken name goes on from the number
+            // it last gave: 10,000 URLs all named `download` cost 10,000 questions, not 50 million.
+            let (name, number) = FileNaming.firstAvailableName(for: wanted, from: self.nextNumbers[wanted] ?? 1) {
                 self.claimedNames.contains($0)
             }
             self.claimedNames.insert(name)
