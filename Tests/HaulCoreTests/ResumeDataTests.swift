@@ -109,11 +109,11 @@ struct HTTPPiecesTests {
         #expect(RangeResumeRules.notResumableReason(method: "GET", status: 200, headers: HTTPHeaderFields([("ETag", "\"a\""), ("Accept-Ranges", "none")])) == .rangesNotAccepted)
         #expect(RangeResumeRules.notResumableReason(method: "GET", status: 404, headers: good) == .notSuccessful)
         // `Accept-Ranges` is a list of tokens, any case, spaces around commas; one header or several.
-        for value in ["BYTES", " none , Bytes\t", "x-custom,bytes"] {
+        for value in ["BYTES", " none , Bytes\t", "x-custom,bytes", "bytes,", ", bytes", "bytes ,none", "bytes"] {
             let headers = HTTPHeaderFields([("ETag", "\"a\""), ("Accept-Ranges", value)])
             #expect(RangeResumeRules.notResumableReason(method: "GET", status: 200, headers: headers) == nil, "\(value)")
         }
-        for value in ["bytesx", "byte", "by tes", "", ",", "none"] {
+        for value in ["bytesx", "byte", "by tes", "", ",", "none", "  ", "xbytes", "bytes-x, none"] {
             let headers = HTTPHeaderFields([("ETag", "\"a\""), ("Accept-Ranges", value)])
             #expect(RangeResumeRules.notResumableReason(method: "GET", status: 200, headers: headers) == .rangesNotAccepted, "\(value)")
         }

@@ -22,6 +22,11 @@ public struct HTTPHeaderFields: Sendable, Hashable, Codable {
         self.fields = pairs.map { Field(name: $0.0, value: $0.1) }
     }
 
+    /// Creates a header list from fields, keeping their order (no list of pairs made first).
+    public init(fields: [Field]) {
+        self.fields = fields
+    }
+
     /// The first value of the field named `name` (case-insensitive), or `nil`.
     public subscript(name: String) -> String? {
         self.firstIndex(named: name, from: 0).map { self.fields[$0].value }
@@ -45,12 +50,18 @@ public struct HTTPHeaderFields: Sendable, Hashable, Codable {
     /// The index of the first field from `start` on named `name`, ignoring ASCII case.
     ///
     /// Compares lengths first (most fields differ there) and bytes only on a match.
+    /// Reads the names in place: an element taken out of the array is a copy of both strings
+    /// (a retain and a release of each value longer than 15 bytes, for every field passed).
     private func firstIndex(named name: String, from start: Int) -> Int? {
         let length = name.utf8.count
-        for index in start..<self.fields.count where self.fields[index].name.utf8.count == length {
-            if self.fields[index].name.caseInsensitiveEquals(name) { return index }
+        return self.fields.withUnsafeBufferPointer { fields -> Int? in
+            var index = start
+            while index < fields.count {
+                if fields[index].name.utf8.count == length, fields[index].name.caseInsensitiveEquals(name) { return index }
+                index += 1
+            }
+            return nil
         }
-        return nil
     }
 
     /// Appends a field, keeping any existing fields of the same name.
@@ -81,7 +92,7 @@ extension String {
     /// response. Lowercasing both sides allocated two strings each time; walking the UTF-8
     /// views with iterators cost ~90 instructions per field, the contiguous bytes ~35.
     @inlinable
-    func caseInsensitiveEquals(_ other: String) -> Bool {
+    package func caseInsensitiveEquals(_ other: String) -> Bool {
         guard self.utf8.count == other.utf8.count else { return false }
         if let equal = self.utf8.withContiguousStorageIfAvailable({ mine in
             other.utf8.withContiguousStorageIfAvailable { theirs in Self.asciiCaseInsensitiveEqual(mine, theirs) }

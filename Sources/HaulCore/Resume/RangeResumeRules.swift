@@ -20,9 +20,20 @@ public enum RangeResumeRules {
         status: Int,
         headers: HTTPHeaderFields
     ) -> NotResumableReason? {
+        self.notResumableReason(method: method, status: status, headers: headers, validators: EntityValidators(headers: headers))
+    }
+
+    /// As ``notResumableReason(method:status:headers:)``, with the validators the caller has
+    /// already read from `headers` (each lookup walks the fields).
+    public static func notResumableReason(
+        method: String,
+        status: Int,
+        headers: HTTPHeaderFields,
+        validators: EntityValidators
+    ) -> NotResumableReason? {
         guard method == "GET" || method.caseInsensitiveEquals("GET") else { return .methodIsNotGet }
         guard status == 200 || status == 206 else { return .notSuccessful }
-        if EntityValidators(headers: headers).ifRangeValue == nil { return .noValidator }
+        if validators.ifRangeValue == nil { return .noValidator }
         if status == 206 { return nil }
         guard headers.contains("Accept-Ranges", where: Self.listNamesBytes) else {
             return .rangesNotAccepted
@@ -35,18 +46,28 @@ public enum RangeResumeRules {
     }
 
     /// Whether a comma-separated header value lists the token `bytes` (any case, optional
-    /// whitespace around each element), read on the UTF-8 bytes without building strings.
+    /// whitespace around each element), read on the UTF-8 bytes in place: no array, no string.
     static func listNamesBytes(_ value: String) -> Bool {
-        let token = Array("bytes".utf8)
-        var bytes = value.utf8[...]
-        while !bytes.isEmpty {
-            let element = bytes.prefix(while: { $0 != UInt8(ascii: ",") })
-            bytes = bytes[element.endIndex...].dropFirst()
-            let trimmed = element.drop(while: { $0 == 0x20 || $0 == 0x09 }).reversed().drop(while: { $0 == 0x20 || $0 == 0x09 })
-            if trimmed.count == token.count,
-               zip(trimmed.reversed(), token).allSatisfy({ ($0 | 0x20) == $1 }) {
+        if let answer = value.utf8.withContiguousStorageIfAvailable(Self.listNamesBytes(_:)) { return answer }
+        return Array(value.utf8).withUnsafeBufferPointer(Self.listNamesBytes(_:))
+    }
+
+    private static func listNamesBytes(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        func isBlank(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
+        var start = 0
+        while start <= bytes.count {
+            var end = start
+            while end < bytes.count, bytes[end] != UInt8(ascii: ",") { end += 1 }
+            var low = start
+            var high = end
+            while low < high, isBlank(bytes[low]) { low += 1 }
+            while high > low, isBlank(bytes[high - 1]) { high -= 1 }
+            if high - low == 5, bytes[low] | 0x20 == UInt8(ascii: "b"), bytes[low + 1] | 0x20 == UInt8(ascii: "y"),
+               bytes[low + 2] | 0x20 == UInt8(ascii: "t"), bytes[low + 3] | 0x20 == UInt8(ascii: "e"),
+               bytes[low + 4] | 0x20 == UInt8(ascii: "s") {
                 return true
             }
+            start = end + 1
         }
         return false
     }

@@ -79,7 +79,9 @@ public struct DownloadStateMachine: Sendable {
             preconditionFailure("responseHeadReceived without a request in flight")
         }
         let validators = EntityValidators(headers: headers)
-        let isResumable = RangeResumeRules.notResumableReason(method: self.method, status: status, headers: headers) == nil
+        let isResumable = RangeResumeRules.notResumableReason(
+            method: self.method, status: status, headers: headers, validators: validators
+        ) == nil
 
         guard let resume else {
             // A plain request: whatever comes is written from the start, even an error page

@@ -13,15 +13,16 @@ extension TransferRun {
     func makeSegmentGroup(response: ResponseInfo, request: TransferRequest, fileOffset: Int64, path: String, tlsConfiguration: TLSConfiguration?) -> SegmentGroup? {
         let configuration = self.engine.configuration
         let budget = self.maximumConnections ?? configuration.maximumConnectionsPerDownload
-        guard budget > 1 || !self.mirrors.isEmpty, request.method.uppercased() == "GET" else { return nil }
+        guard budget > 1 || !self.mirrors.isEmpty, request.method.caseInsensitiveEquals("GET") else { return nil }
         let entity = self.state.withLock { state in (state.machine.entity, state.machine.expectedTotal) }
-        guard let (validators, isResumable, segments) = entity.0, isResumable, let length = entity.1,
+        guard let (validators, isResumable, segments) = entity.0, isResumable, let length = entity.1 else { return nil }
+        var done = segments ?? ByteRangeSet()
+        done.insert(0..<fileOffset)
+        // The cheap test first: most small files stop here, before their headers are read again.
+        guard length - done.byteCount >= 2 * configuration.minimumSegmentBytes,
             RangeResumeRules.contentLength(of: response.headers) != nil || response.statusCode == 206,
             validators.ifRangeValue != nil
         else { return nil }
-        var done = segments ?? ByteRangeSet()
-        done.insert(0..<fileOffset)
-        guard length - done.byteCount >= 2 * configuration.minimumSegmentBytes else { return nil }
         let dropped = self.state.withLock { $0.droppedMirrors }
         let group = SegmentGroup(
             run: self,

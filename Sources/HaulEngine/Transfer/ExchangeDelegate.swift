@@ -117,7 +117,10 @@ final class ExchangeDelegate: HTTPClientResponseDelegate, HTTP1ResponseSink, @un
             self.record.responseHeaderBytes = Int64(headBytes + 2)
             self.record.networkProtocolName = head.version.major == 2 ? "h2" : "http/\(head.version.major).\(head.version.minor)"
         }
-        let headers = HTTPHeaderFields(head.headers.map { ($0.name, $0.value) })
+        var fields: [HTTPHeaderFields.Field] = []
+        fields.reserveCapacity(head.headers.count)
+        for (name, value) in head.headers { fields.append(HTTPHeaderFields.Field(name: name, value: value)) }
+        let headers = HTTPHeaderFields(fields: fields)
         if let jar = self.run.engine.cookieJar {
             let setCookies = head.headers["Set-Cookie"]
             if !setCookies.isEmpty { jar.store(setCookie: setCookies, from: self.url) }
