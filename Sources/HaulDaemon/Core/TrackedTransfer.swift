@@ -142,7 +142,9 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
         }
         let offset = resumedAtOffset ?? 0
         let validators = EntityValidators(headers: response.headers)
-        let resumable = RangeResumeRules.notResumableReason(method: "GET", status: response.statusCode, headers: response.headers) == nil
+        let resumable = RangeResumeRules.notResumableReason(
+            method: "GET", status: response.statusCode, headers: response.headers, validators: validators
+        ) == nil
         let name = FileNaming.suggestedFilename(contentDisposition: response.headers["Content-Disposition"], url: response.url)
         let now = TransferCore.monotonicNow()
         let worthRecording = self.live.withLock { live -> Bool in
