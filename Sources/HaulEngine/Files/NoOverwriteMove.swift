@@ -79,7 +79,8 @@ package enum NoOverwriteMove {
     /// A directory already holding `name`, `name (1)` … `name (n)` costs about 2·log₂(n)
     /// `lstat`s (``FileNaming/freeNumber(after:isTaken:)``), not n failed placements; and the
     /// number this process gave a name last is where its next copy starts, so a run placing
-    /// 10,000 files of one name makes about four calls a file, not 5,000.
+    /// 10,000 files of one name makes about five calls a file (measured with 16 placing at
+    /// once: 2.2 links and 2.8 `lstat`s), not 5,000.
     private static func placeChoosingFreeName(directory: String, name: String, place: (String) throws -> Void) throws -> String {
         let plain = (directory as NSString).appendingPathComponent(name)
         do {
