@@ -307,11 +307,16 @@ struct DownloadQueueTests {
         await harness.close()
     }
 
-    @Test("More waiting downloads than the queue keeps rows of: each is claimed once, from rows read ahead, and completes with its own bytes")
+    @Test("More waiting downloads than the queue keeps rows of: each is claimed once, from rows read ahead in a few reads, and completes with its own bytes")
     func moreWaitingThanKept() async throws {
         let server = try await FaultInjectingHTTPServer.start()
-        let harness = try QueueHarness()
-        let count = DownloadQueue.waitingRowsKept + 44
+        let kept = 40
+        var counting: ReadCountingStore?
+        let harness = try QueueHarness(store: { store in
+            counting = ReadCountingStore(store)
+            return counting!
+        }) { $0.waitingRowsKept = kept }
+        let count = kept + 2 * DownloadQueue.waitingRowsRead + 44
         let added = try await harness.queue.add((0..<count).map { index in
             NewDownload(urls: [server.url("/file/m\(index).bin?size=\(100 + index)&seed=\(index)")])
         })
@@ -320,8 +325,32 @@ struct DownloadQueueTests {
             #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: Int64(100 + index), seed: UInt64(index)))
         }
         for index in [0, count - 1] { #expect(server.bodyBytesSent(forKey: "m\(index).bin") == Int64(100 + index), "fetched once") }
+        // A read serves its own claim and keeps up to `kept` rows for the next ones.
+        let reads = try #require(counting).waitingReads.withLock { $0 }
+        let misses = count - kept
+        #expect(reads > 0 && reads <= (misses + kept) / (kept + 1) + 1, "\(reads) reads for \(misses) claims of rows not kept")
         let reopened = try TransferStore.open(path: harness.storePath)
         #expect(try reopened.waitingDownloads(from: 0, limit: 1).isEmpty)
+        await harness.close()
+    }
+
+    @Test("Downloads added at once, more than the old 256 rows kept: every claim finds its row in memory, none is read back from the store")
+    func addedRowsAreKeptForClaims() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        var counting: ReadCountingStore?
+        let harness = try QueueHarness(store: { store in
+            counting = ReadCountingStore(store)
+            return counting!
+        })
+        let count = 300
+        let added = try await harness.queue.add((0..<count).map { index in
+            NewDownload(urls: [server.url("/file/k\(index).bin?size=\(200 + index)&seed=\(index)")])
+        })
+        for (index, info) in added.enumerated() {
+            let done = try await harness.wait(for: info.id, .complete)
+            #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: Int64(200 + index), seed: UInt64(index)))
+        }
+        #expect(try #require(counting).waitingReads.withLock { $0 } == 0)
         await harness.close()
     }
 

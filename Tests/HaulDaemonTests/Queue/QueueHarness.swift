@@ -214,6 +214,26 @@ final class FlakySoleWriterStore: SoleWriterQueueStore, ForwardingQueueStore {
     var base: any QueueStore { self.flaky }
 }
 
+/// The embedded store, counting how often the queue reads rows of waiting downloads back for
+/// its claims (``SoleWriterQueueStore/waitingDownloads(from:limit:)``).
+final class ReadCountingStore: SoleWriterQueueStore, ForwardingQueueStore {
+    let inner: TransferStore
+    var base: any QueueStore { self.inner }
+    /// Calls of `waitingDownloads(from:limit:)` so far.
+    let waitingReads = Mutex(0)
+
+    init(_ inner: TransferStore) { self.inner = inner }
+
+    func updateDownload(_ current: StoredDownload, stored: StoredDownload, _ change: (inout StoredDownload) throws -> Void) throws -> StoredDownload {
+        try self.inner.updateDownload(current, stored: stored, change)
+    }
+
+    func waitingDownloads(from id: Int64, limit: Int) throws -> [StoredDownload] {
+        self.waitingReads.withLock { $0 += 1 }
+        return try self.inner.waitingDownloads(from: id, limit: limit)
+    }
+}
+
 /// The embedded store presented as a fleet's (``isShared``), whose heartbeat can be made to
 /// hang until released: the lease keeper's round then does not come back. Everything else is
 /// the embedded store's.
