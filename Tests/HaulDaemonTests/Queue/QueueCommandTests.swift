@@ -218,7 +218,13 @@ struct QueueCommandTests {
         #expect(try TestContent.sha256Hex(ofFileAt: target.appendingPathComponent("m.bin").path) == TestContent.sha256Hex(size: size, seed: 91))
         let fromA = a.bodyBytesSent(forKey: "m.bin")
         let fromB = b.bodyBytesSent(forKey: "m.bin")
-        #expect(fromA > size / 4 && fromB > size / 4 && fromA + fromB <= size + (2 << 20), "primary \(fromA), mirror \(fromB)")
+        // Beyond the file's bytes: the remainder the end game fetches twice (under two 1 MiB
+        // segments, the least a steal splits into), plus what the stopped lane's server had
+        // sent before it saw the connection close: half a second at its 2 MB/s pace allowed
+        // for a loaded machine (a CI run with both cores busy measured 2.25 MiB over the file).
+        let inFlight: Int64 = 2_000_000 / 2
+        print("hauld mirrors: \(fromA + fromB - size) bytes fetched twice of \(size) (primary \(fromA), mirror \(fromB))")
+        #expect(fromA > size / 4 && fromB > size / 4 && fromA + fromB <= size + (2 << 20) + inFlight, "primary \(fromA), mirror \(fromB)")
 
         // A mirror without validators and with other bytes: accepted on length because a
         // checksum is given, caught by it, and the download runs again from the URL alone.
