@@ -210,19 +210,31 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
             } catch let error as QueueLeaseLost {
                 throw error
             } catch {
-                if connection.isClosed { slot.connection = nil }
+                // An error the server reported (a constraint, a cancelled statement) leaves the
+                // connection usable. Any other one does not, closed or not yet: the statement's
+                // time out closes it on its loop, and the waiting caller can see the failure
+                // before the connection reads as closed. Kept, it failed the next call too
+                // (a CI run: the call after a healed partition got the closing connection's
+                // error).
+                if connection.isClosed || (error as? PSQLError)?.serverInfo == nil {
+                    if !connection.isClosed { Self.close(connection) }
+                    slot.connection = nil
+                }
                 throw StoreError("the store \(self.location) failed: \(Self.describe(error))")
             }
         }
     }
 
-    /// The server's message when there is one (`PSQLError` hides it from `description`).
+    /// The server's message when there is one, else what failed and why (`PSQLError` and
+    /// `PostgresDecodingError` hide both from `description`). A statement sent to a connection
+    /// that was closing carries the error that closed it (a `PSQLError` in a `PSQLError`).
     static func describe(_ error: any Error) -> String {
         if let error = error as? PSQLError {
             if let message = error.serverInfo?[.message] { return message }
-            if let underlying = error.underlying { return "\(underlying)" }
+            if let underlying = error.underlying { return "\(error.code): \(Self.describe(underlying))" }
             return "\(error.code)"
         }
+        if error is PostgresDecodingError { return String(reflecting: error) }
         return "\(error)"
     }
 
