@@ -172,12 +172,19 @@ struct QueueCommandTests {
         #expect(added.status == 0, "\(added.standardError)")
         #expect(await waitUntil(timeout: .seconds(20)) { server.bodyBytesSent(forKey: "p.bin") > 6 << 20 })
         #expect(try await cli.run(["pause", "1"]).status == 0)
+        // `paused` is recorded at once; the run's last map is recorded once it has stopped
+        // (its connections closed, its bytes written): until then the list shows the live map.
+        // Wait for no live transfer and the same map in two reads in a row.
         var paused = try #require(try await cli.list().first)
-        for _ in 0..<100 where paused.state != .paused {
+        var settled = false
+        for _ in 0..<100 {
             try await Task.sleep(for: .milliseconds(100))
-            paused = try #require(try await cli.list().first)
+            let next = try #require(try await cli.list().first)
+            settled = paused.state == .paused && next.state == .paused && next.connections == nil && next.segments == paused.segments
+            paused = next
+            if settled { break }
         }
-        #expect(paused.state == .paused)
+        #expect(paused.state == .paused && settled, "\(paused.state) \(String(describing: paused.connections))")
         let map = try #require(paused.segments, "a paused segmented download keeps its map")
         #expect(map.ranges.count > 1 && map.byteCount == paused.bytesDone && paused.bytesDone > 4 << 20, "\(map.ranges) \(paused.bytesDone)")
         let sentBefore = server.bodyBytesSent(forKey: "p.bin")
