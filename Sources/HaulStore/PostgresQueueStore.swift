@@ -210,13 +210,13 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
             } catch let error as QueueLeaseLost {
                 throw error
             } catch {
-                // An error the server reported (a constraint, a cancelled statement) leaves the
-                // connection usable. Any other one does not, closed or not yet: the statement's
-                // time out closes it on its loop, and the waiting caller can see the failure
-                // before the connection reads as closed. Kept, it failed the next call too
-                // (a CI run: the call after a healed partition got the closing connection's
-                // error).
-                if connection.isClosed || (error as? PSQLError)?.serverInfo == nil {
+                // An ERROR the server reported (a constraint, a cancelled statement) leaves the
+                // connection usable. Anything else does not, closed or not yet: the statement's
+                // time out closes it on its loop, a FATAL ends the session, and the waiting
+                // caller can see the failure before the connection reads as closed. Kept, it
+                // failed the next call too (a CI run: the call after a healed partition got the
+                // closing connection's error).
+                if connection.isClosed || (error as? PSQLError)?.serverInfo?[.severity] != "ERROR" {
                     if !connection.isClosed { Self.close(connection) }
                     slot.connection = nil
                 }
@@ -246,7 +246,7 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         let result = connection.query(query, logger: self.logger)
         let timeout = connection.eventLoop.scheduleTask(in: self.queryTimeout) { Self.close(connection) }
         defer { timeout.cancel() }
-        return try self.wait(for: result, what: "running \(Self.summary(of: query.sql))") { Self.close(connection) }
+        return try self.wait(for: result, what: "\(Slot.Step.running(sql: query.sql))") { Self.close(connection) }
     }
 
     /// The value of `future`, waited for at most ``queryTimeout`` and a second, on this
