@@ -317,6 +317,8 @@ final class FaultInjectingHTTPHandler: ChannelInboundHandler, RemovableChannelHa
             plan.closeAtEnd = true
         } else {
             headers.add(name: "Content-Length", value: "\(end - start)")
+            // As an HTTP/1.0 server does (Python's http.server): the whole answer, then a close.
+            if query["closeAtEnd"] == "1" { plan.closeAtEnd = true }
         }
         if let cutAfter = Int64(query["cutAfter"] ?? ""), number <= Int(query["cutTimes"] ?? "1") ?? 1 {
             plan.stopAfter = cutAfter

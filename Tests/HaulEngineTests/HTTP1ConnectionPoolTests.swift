@@ -124,6 +124,29 @@ struct HTTP1ConnectionPoolTests {
         try await server.shutdown()
     }
 
+    @Test("A server that closes right after a whole answer while the sink is behind: the exchange completes with every byte, not 'closed the connection'")
+    func closeAfterWholeAnswer() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let pool = Self.makePool()
+        for round in 0..<3 {
+            let sink = CollectingSink(holdFirstBodyPart: true)
+            let exchange = pool.execute(url: server.url("/file/z\(round)?size=20000&seed=\(round)&closeAtEnd=1"), method: .GET, headers: HTTPHeaders(), sink: sink)
+            // The server sends all of it and closes while the sink still holds the first part.
+            let deadline = ContinuousClock.now + .seconds(5)
+            while !(server.bodyBytesSent(forKey: "z\(round)") == 20_000 && server.openConnections == 0), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(server.openConnections == 0, "the server closed after the answer")
+            try await Task.sleep(for: .milliseconds(100))
+            sink.release()
+            try await exchange.ended.get()
+            #expect(sink.body == TestContent.bytes(0..<20_000, seed: UInt64(round)))
+        }
+        #expect(server.acceptedConnections == 3, "a closed connection is not used again")
+        await pool.shutdown()
+        try await server.shutdown()
+    }
+
     @Test("Body parts wait for the sink's future: nothing more is read meanwhile, nothing is lost")
     func backPressure() async throws {
         let server = try await FaultInjectingHTTPServer.start()

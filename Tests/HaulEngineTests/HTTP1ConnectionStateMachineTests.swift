@@ -27,6 +27,28 @@ struct HTTP1ConnectionStateMachineTests {
         #expect(machine.exchangeStarted().started, "the connection carries the next exchange")
     }
 
+    @Test("A server that closes right after a whole answer: the held parts and the end still reach the sink, the connection is not reused")
+    func closeAfterWholeAnswer() {
+        var machine = Machine()
+        _ = machine.exchangeStarted()
+        #expect(machine.partReceived(.head(keepsAlive: false)) == .deliverReceived)
+        #expect(machine.partReceived(.body) == .holdReceived)
+        #expect(machine.partReceived(.end) == .holdReceived)
+        #expect(machine.channelClosed() == .none, "the whole answer is here: not a failure")
+        #expect(machine.sinkFinished() == .deliverFirstHeld)
+        #expect(machine.sinkFinished() == .finishExchange(reuse: false, thenRead: false))
+        #expect(machine.isClosed)
+        #expect(machine.completedExchanges == 1)
+
+        // A close before the end is still a failure, with the parts held dropped.
+        var cut = Machine()
+        _ = cut.exchangeStarted()
+        _ = cut.partReceived(.head(keepsAlive: false))
+        _ = cut.partReceived(.body)
+        #expect(cut.channelClosed() == .failExchange(mayRetry: false))
+        #expect(cut.isClosed)
+    }
+
     @Test("A read while the sink keeps up goes on at once; a held read goes on when it caught up")
     func readsFollowTheSink() {
         var machine = Machine()

@@ -108,7 +108,7 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
 
     /// Closes the connection; an exchange under way fails with `HTTPClientError.cancelled`.
     func close() {
-        self.run(self.machine.channelClosed(), error: HTTPClientError.cancelled)
+        self.run(self.machine.closing(), error: HTTPClientError.cancelled)
         self.context?.close(promise: nil)
     }
 

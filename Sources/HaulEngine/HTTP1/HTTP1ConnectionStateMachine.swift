@@ -164,7 +164,24 @@ struct HTTP1ConnectionStateMachine: Sendable {
     }
 
     /// The channel closed (the server, or the handler's own close).
+    ///
+    /// A response that arrived whole before the close (its end is held while the sink catches
+    /// up: a server that closes after each answer, an HTTP/1.0 body that ends at the close) is
+    /// not failed: its held parts still go to the sink, and its end finishes the exchange
+    /// without reusing the connection.
     mutating func channelClosed() -> Action {
+        if case .exchange(var exchange) = self.state, exchange.held.last == .end {
+            exchange.keepsAlive = false
+            exchange.isReadHeld = false
+            self.state = .exchange(exchange)
+            return .none
+        }
+        return self.closing()
+    }
+
+    /// The handler closes the connection itself (a cancel): the exchange under way fails,
+    /// whatever of its answer arrived.
+    mutating func closing() -> Action {
         let action = self.exchangeFailed()
         self.state = .closed
         return action
