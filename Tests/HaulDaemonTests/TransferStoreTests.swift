@@ -215,6 +215,40 @@ struct TransferStoreTests {
         #expect(try store.waitingDownloads(from: ids[0], limit: 1).map(\.id) == [ids[1]])
     }
 
+    @Test("A download is a value: copies share their fields until one changes, then differ only where it changed; an update from an unchanged copy writes nothing, JSON keeps the field names")
+    func downloadCopiesAreValues() throws {
+        let store = try TransferStore.inMemory()
+        let original = try store.insert([StoredDownload(urls: [URL(string: "http://127.0.0.1/v")!], directory: "/d", requestedName: "v", checksum: nil, priority: 1, speedLimit: 0)])[0]
+        var copy = original
+        #expect(copy == original && copy.hashValue == original.hashValue)
+        // Changes in place (an append, a dictionary member, a field) reach the copy only.
+        copy.urls.append(URL(string: "http://127.0.0.1/mirror")!)
+        copy.options["split"] = "4"
+        copy.requestHeaders.append("X-A: 1")
+        copy.bytesDone = 9
+        #expect(original.urls.count == 1 && original.options.isEmpty && original.requestHeaders.isEmpty && original.bytesDone == 0)
+        #expect(copy.urls.count == 2 && copy.options == ["split": "4"] && copy.requestHeaders == ["X-A: 1"] && copy.bytesDone == 9)
+        #expect(copy != original)
+        // Changing a field back makes the two equal again, field for field.
+        copy.urls.removeLast()
+        copy.options = [:]
+        copy.requestHeaders = []
+        copy.bytesDone = 0
+        #expect(copy == original && copy.hashValue == original.hashValue)
+        // The store writes what differs from the row as stored: nothing for an unchanged copy.
+        let unchanged = try store.updateDownload(original, stored: original) { _ in }
+        #expect(unchanged == original)
+        var twice = original
+        let saved = try store.updateDownload(twice, stored: original) { $0.priority = 5 }
+        twice.priority = 6
+        #expect(saved.priority == 5 && twice.priority == 6 && original.priority == 1)
+        #expect(try store.download(id: original.id!)?.priority == 5)
+        // Codable sees the same members as before the fields moved into shared storage.
+        let object = try #require(try JSONSerialization.jsonObject(with: JSONEncoder().encode(saved)) as? [String: Any])
+        #expect(object["priority"] as? Int == 5 && object["gid"] as? String == saved.gid && object["storage"] == nil)
+        #expect(try JSONDecoder().decode(StoredDownload.self, from: JSONEncoder().encode(saved)) == saved)
+    }
+
     @Test("A batch whose body throws saves nothing")
     func failedBatchSavesNothing() throws {
         let store = try TransferStore.inMemory()
