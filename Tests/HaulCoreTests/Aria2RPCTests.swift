@@ -268,6 +268,12 @@ struct Aria2RPCTests {
         #expect(DownloadGID.normalized("2089b05ecca3d82") == nil)
         #expect(DownloadGID.normalized("2089b05ecca3d82g") == nil)
         #expect(DownloadGID.format(255) == "00000000000000ff")
+        #expect(DownloadGID.format(.max) == "ffffffffffffffff" && DownloadGID.format(0x0123_4567_89AB_CDEF) == "0123456789abcdef")
+        for _ in 0..<1000 {
+            let value = UInt64.random(in: 0...UInt64.max)
+            let hex = String(value, radix: 16)
+            #expect(DownloadGID.format(value) == String(repeating: "0", count: 16 - hex.count) + hex)
+        }
         let drawn = Set((0..<1000).map { _ in DownloadGID.random() })
         #expect(drawn.count == 1000)
         #expect(drawn.allSatisfy { DownloadGID.normalized($0) == $0 && $0 != "0000000000000000" })

@@ -292,6 +292,24 @@ struct TransferStoreTests {
             #expect(abs(parsed.timeIntervalSince1970 - grdb.timeIntervalSince1970) < 0.000_001, "\(text)")
             #expect(String.fromDatabaseValue(parsed.databaseValue) == text, "written back the same")
         }
+        // The writer against GRDB's own text, across years, months, days and milliseconds.
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 {
+            let date = Date(timeIntervalSince1970: Double.random(in: -2_208_988_800..<4_102_444_800, using: &generator))
+            var written: [UInt8] = []
+            UTCTimestamp(date).write(to: &written, separator: UInt8(ascii: " "), milliseconds: true)
+            #expect(String(decoding: written, as: UTF8.self) == String.fromDatabaseValue(date.databaseValue), "\(date.timeIntervalSince1970)")
+        }
+        for seconds in [-0.0005, -1, -86_400, -86_401, 951_782_400 /* 29 Feb 2000 */, 4_107_542_400 /* 1 Mar 2100 */, 1_709_164_800.9995] as [Double] {
+            let date = Date(timeIntervalSince1970: seconds)
+            var written: [UInt8] = []
+            UTCTimestamp(date).write(to: &written, separator: UInt8(ascii: " "), milliseconds: true)
+            #expect(String(decoding: written, as: UTF8.self) == String.fromDatabaseValue(date.databaseValue), "\(seconds)")
+        }
+        // A field past its digits is written whole rather than cut.
+        var far: [UInt8] = []
+        UTCTimestamp(Date(timeIntervalSince1970: 253_402_300_800)).write(to: &far, separator: UInt8(ascii: "T"), milliseconds: false)
+        #expect(String(decoding: far, as: UTF8.self) == "10000-01-01T00:00:00")
         for bad in ["2023-02-29 00:00:00.000", "2023-11-14 24:00:00.000", "2023-11-14T22:13:20.000", "2023-11-14 22:13:20", "2023-11-14 22:13:2x.000"] {
             #expect(bad.utf8.withContiguousStorageIfAvailable { UTCTimestamp.parseStored($0) } ?? nil == nil, "\(bad)")
         }

@@ -17,20 +17,69 @@ public struct UTCTimestamp: Sendable, Hashable {
         let unit: Double = wholeSeconds ? 1 : 1000
         let scaled = (date.timeIntervalSince1970 * unit).rounded(wholeSeconds ? .down : .toNearestOrAwayFromZero)
         let total = Int64(scaled) * (wholeSeconds ? 1000 : 1)
-        var seconds = time_t(total >= 0 ? total / 1000 : (total - 999) / 1000)
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        self.year = Int(parts.tm_year) + 1900
-        self.month = Int(parts.tm_mon) + 1
-        self.day = Int(parts.tm_mday)
-        self.hour = Int(parts.tm_hour)
-        self.minute = Int(parts.tm_min)
-        self.second = Int(parts.tm_sec)
-        self.millisecond = Int(total - Int64(seconds) * 1000)
+        let seconds = total >= 0 ? total / 1000 : (total - 999) / 1000
+        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
+        let time = Int(seconds - days * 86_400)
+        (self.year, self.month, self.day) = Self.civil(days: days)
+        self.hour = time / 3_600
+        self.minute = time / 60 % 60
+        self.second = time % 60
+        self.millisecond = Int(total - seconds * 1000)
+    }
+
+    /// The proleptic Gregorian date `days` after 1 January 1970, by arithmetic (H. Hinnant's
+    /// `civil_from_days`): `gmtime_r` took glibc's time zone lock and ~500 instructions for
+    /// every timestamp a log line or a stored row writes.
+    static func civil(days: Int64) -> (year: Int, month: Int, day: Int) {
+        let shifted = days + 719_468
+        let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
+        let dayOfEra = shifted - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let shiftedMonth = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
+        let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
+        return (Int(yearOfEra + era * 400 + (month <= 2 ? 1 : 0)), Int(month), Int(day))
     }
 
     /// Appends `yyyy-MM-dd` `separator` `HH:mm:ss`, then `.SSS` when `milliseconds`.
+    ///
+    /// The text is made in a fixed buffer and appended once: digit by digit, each append to
+    /// the array checked its uniqueness and capacity (~1,000 instructions a timestamp, and a
+    /// queued file's row and log lines take several).
     public func write(to bytes: inout [UInt8], separator: UInt8, milliseconds: Bool) {
+        guard (0..<10_000).contains(self.year), (0..<100).contains(self.month), (0..<100).contains(self.day),
+              (0..<100).contains(self.hour), (0..<100).contains(self.minute), (0..<100).contains(self.second),
+              (0..<1_000).contains(self.millisecond)
+        else { return self.writeUnusual(to: &bytes, separator: separator, milliseconds: milliseconds) }
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 23) { text in
+            func put(_ value: Int, _ count: Int, at start: Int) {
+                var value = value
+                for position in stride(from: start + count - 1, through: start, by: -1) {
+                    text[position] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value % 10)
+                    value /= 10
+                }
+            }
+            put(self.year, 4, at: 0)
+            text[4] = UInt8(ascii: "-")
+            put(self.month, 2, at: 5)
+            text[7] = UInt8(ascii: "-")
+            put(self.day, 2, at: 8)
+            text[10] = separator
+            put(self.hour, 2, at: 11)
+            text[13] = UInt8(ascii: ":")
+            put(self.minute, 2, at: 14)
+            text[16] = UInt8(ascii: ":")
+            put(self.second, 2, at: 17)
+            text[19] = UInt8(ascii: ".")
+            put(self.millisecond, 3, at: 20)
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: text[0..<(milliseconds ? 23 : 19)]))
+        }
+    }
+
+    /// ``write(to:separator:milliseconds:)`` for a field that does not fit its digits (a year
+    /// past 9999): that field is written whole.
+    private func writeUnusual(to bytes: inout [UInt8], separator: UInt8, milliseconds: Bool) {
         Self.digits(self.year, 4, into: &bytes)
         bytes.append(UInt8(ascii: "-"))
         Self.digits(self.month, 2, into: &bytes)

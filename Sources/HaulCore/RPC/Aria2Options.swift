@@ -16,9 +16,15 @@ public enum DownloadGID {
         return Self.format(value)
     }
 
+    /// `value` in 16 lower-case hex digits, zero-padded.
     public static func format(_ value: UInt64) -> String {
-        let hex = String(value, radix: 16)
-        return String(repeating: "0", count: 16 - hex.count) + hex
+        String(unsafeUninitializedCapacity: 16) { text in
+            let digits: StaticString = "0123456789abcdef"
+            for position in 0..<16 {
+                text[position] = digits.utf8Start[Int(truncatingIfNeeded: (value >> UInt64(60 - 4 * position)) & 0xF)]
+            }
+            return 16
+        }
     }
 }
 
