@@ -385,6 +385,15 @@ struct DaemonProcessTests {
         #expect(String(decoding: raw, as: UTF8.self).contains(#"{"state":"paused","id":1}"#))
         client.sendRaw(Array(#"{"id":8,"method":"queueList","fields":["status"]}\#n"#.utf8))
         #expect(await client.readLine()?.response?.error?.contains("unknown field 'status'") == true)
+        // A page of up to 100 is answered on the event loop, a whole list through a task (hauld's
+        // DaemonConnectionHandler.listsAnsweredAtOnce): the same answer.
+        client.sendRaw(Array(#"{"id":9,"method":"queueList","limit":100}\#n"#.utf8))
+        let short = try #require(await client.readRawLine())
+        client.sendRaw(Array(#"{"id":9,"method":"queueList"}\#n"#.utf8))
+        let whole = try #require(await client.readRawLine())
+        let shortAnswer = try JSONSerialization.jsonObject(with: Data(short)) as? NSDictionary
+        let wholeAnswer = try JSONSerialization.jsonObject(with: Data(whole)) as? NSDictionary
+        #expect(shortAnswer != nil && shortAnswer == wholeAnswer, "\(String(decoding: short.prefix(300), as: UTF8.self)) against \(String(decoding: whole.prefix(300), as: UTF8.self))")
 
         // Changes are listed at once.
         _ = try await client.request(DaemonRequest(.queueCancel(.init(downloadID: 3))))

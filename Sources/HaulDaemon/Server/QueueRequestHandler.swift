@@ -19,10 +19,7 @@ enum QueueRequestHandler {
                 paused: download.paused
             )
         case .queueList(let page):
-            let (records, total) = queue.records(page)
-            response.encodedDownloads = DownloadRecord.array(records, fields: page.fields, capacity: records.count * (page.fields == nil ? 300 : 40))
-            response.total = total
-            response.settings = queue.settings
+            Self.list(page, queue: queue, into: &response)
         case .queueGet(let reference):
             response.download = try await queue.download(id: reference.downloadID)
         case .queuePause(.all):
@@ -70,6 +67,15 @@ enum QueueRequestHandler {
         default:
             throw DaemonError("not a queue request: \(command.method.rawValue)")
         }
+    }
+
+    /// `queueList`: a page of the queue from its in-memory index, with the total and the
+    /// settings. Awaits nothing: answered on the connection's event loop for short pages.
+    static func list(_ page: QueuePage, queue: DownloadQueue, into response: inout DaemonResponse) {
+        let (records, total) = queue.records(page)
+        response.encodedDownloads = DownloadRecord.array(records, fields: page.fields, capacity: records.count * (page.fields == nil ? 300 : 40))
+        response.total = total
+        response.settings = queue.settings
     }
 
     static func event(for change: QueueChange) -> DaemonEvent {
