@@ -12,7 +12,8 @@ public struct StoredDownload: Codable, Sendable, Hashable, TableRecord {
     /// changes (copy on write). A download's row is handed around a lot on the queue's
     /// thread (the waiting rows kept, a held claim, a drain's replays, the run's end): ~30
     /// copies a small queued file, each retaining ~15 strings and arrays and releasing them
-    /// again, ~40 K instructions of the ~430 K a file cost hauld. Now a copy is one retain.
+    /// again. With the box, a copy is one retain: 383 → 353 K instructions a queued file
+    /// (callgrind, hauld).
     private var storage: Storage
 
     private final class Storage: @unchecked Sendable {

@@ -84,9 +84,11 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
         // queue's in-memory index and awaits nothing, so it is answered here, on the loop, when
         // nothing this connection asked before is still being answered (a later request is
         // never answered ahead of an earlier one it could depend on). Through a task, the hop
-        // to a cooperative thread and back cost most of the answer: ~150 µs of hauld's CPU a
-        // poll, a fifth of a queued small file's when a client polls every 5 ms.
-        if case .queueList(let page) = request.command, (page.limit ?? .max) <= Self.listsAnsweredAtOnce, connection.isIdle {
+        // to a cooperative thread and back was half of a poll's cost: 113-133 µs of hauld's CPU
+        // a poll, 57-93 µs here. A search reads every download's text, so it goes to a task.
+        if case .queueList(let page) = request.command, (page.limit ?? .max) <= Self.listsAnsweredAtOnce, page.search == nil,
+           connection.isIdle
+        {
             var response = DaemonResponse(id: request.id)
             QueueRequestHandler.list(page, queue: self.queue, into: &response)
             connection.respond(response)
@@ -124,7 +126,8 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
 
     /// The longest page of `queueList` answered on the event loop itself: a page copies each
     /// download's kept JSON (~2 µs a download: 1,000 take ~2 ms), so a poll holds the loop,
-    /// which carries every transfer, for at most ~0.2 ms; longer pages go to a task.
+    /// which carries every transfer, for at most ~0.2 ms; longer pages and searches go to a
+    /// task.
     static let listsAnsweredAtOnce = 100
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
