@@ -258,18 +258,39 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// One page of the list as JSON records, and the count of all that match: answered from
     /// memory, encoding only the running downloads again (their live numbers).
     public func records(_ page: QueuePage) -> (records: [DownloadRecord], total: Int) {
-        let (entries, total, running) = self.state.withLock { state in
-            let (entries, total) = state.index.page(page)
-            return (entries, total, state.running)
-        }
-        var records = entries.map(\.record)
-        if !running.isEmpty {
-            for (position, entry) in entries.enumerated() {
-                guard let live = running[entry.id] else { continue }
+        let page = self.state.withLock { Self.page(page, of: &$0) }
+        return (Self.records(of: page), page.total)
+    }
+
+    /// ``records(_:)`` and the settings, or `nil` when the queue's state is locked right now
+    /// (a drain or an add of many holds it for up to milliseconds): for the event loop, which
+    /// carries every transfer and must not wait for it.
+    func recordsIfUnlocked(_ page: QueuePage) -> (records: [DownloadRecord], total: Int, settings: QueueSettings)? {
+        guard let page = self.state.withLockIfAvailable({ Self.page(page, of: &$0) }) else { return nil }
+        return (Self.records(of: page), page.total, page.settings)
+    }
+
+    private struct ListedPage {
+        var entries: [DownloadIndex.Entry]
+        var total: Int
+        var running: [Int64: Running]
+        var settings: QueueSettings
+    }
+
+    private static func page(_ page: QueuePage, of state: inout State) -> ListedPage {
+        let (entries, total) = state.index.page(page)
+        return ListedPage(entries: entries, total: total, running: state.running, settings: state.settings)
+    }
+
+    private static func records(of page: ListedPage) -> [DownloadRecord] {
+        var records = page.entries.map(\.record)
+        if !page.running.isEmpty {
+            for (position, entry) in page.entries.enumerated() {
+                guard let live = page.running[entry.id] else { continue }
                 records[position] = DownloadRecord(Self.overlay(live.stored.info, live: live.transfer))
             }
         }
-        return (records, total)
+        return records
     }
 
     /// The JSON records of `infos` as the list has them (written once, when they changed).

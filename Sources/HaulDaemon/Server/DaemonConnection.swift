@@ -85,14 +85,17 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
         // nothing this connection asked before is still being answered (a later request is
         // never answered ahead of an earlier one it could depend on). Through a task, the hop
         // to a cooperative thread and back was half of a poll's cost: 113-133 µs of hauld's CPU
-        // a poll, 57-93 µs here. A search reads every download's text, so it goes to a task.
+        // a poll, 57-93 µs here. A search reads every download's text, so it goes to a task;
+        // so does a list that finds the queue's state locked (a drain, an add of many): the
+        // loop carries every transfer and does not wait for the lock.
         if case .queueList(let page) = request.command, (page.limit ?? .max) <= Self.listsAnsweredAtOnce, page.search == nil,
            connection.isIdle
         {
             var response = DaemonResponse(id: request.id)
-            QueueRequestHandler.list(page, queue: self.queue, into: &response)
-            connection.respond(response)
-            return
+            if QueueRequestHandler.listAtOnce(page, queue: self.queue, into: &response) {
+                connection.respond(response)
+                return
+            }
         }
         let daemon = self.daemon
         let queue = self.queue

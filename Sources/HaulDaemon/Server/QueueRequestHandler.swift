@@ -70,12 +70,24 @@ enum QueueRequestHandler {
     }
 
     /// `queueList`: a page of the queue from its in-memory index, with the total and the
-    /// settings. Awaits nothing: answered on the connection's event loop for short pages.
+    /// settings.
     static func list(_ page: QueuePage, queue: DownloadQueue, into response: inout DaemonResponse) {
         let (records, total) = queue.records(page)
-        response.encodedDownloads = DownloadRecord.array(records, fields: page.fields, capacity: records.count * (page.fields == nil ? 300 : 40))
+        Self.fill(&response, records: records, total: total, settings: queue.settings, fields: page.fields)
+    }
+
+    /// ``list(_:queue:into:)`` without waiting: `false` (and nothing filled in) when the queue's
+    /// state is locked right now. For the connection's event loop.
+    static func listAtOnce(_ page: QueuePage, queue: DownloadQueue, into response: inout DaemonResponse) -> Bool {
+        guard let (records, total, settings) = queue.recordsIfUnlocked(page) else { return false }
+        Self.fill(&response, records: records, total: total, settings: settings, fields: page.fields)
+        return true
+    }
+
+    private static func fill(_ response: inout DaemonResponse, records: [DownloadRecord], total: Int, settings: QueueSettings, fields: [DownloadField]?) {
+        response.encodedDownloads = DownloadRecord.array(records, fields: fields, capacity: records.count * (fields == nil ? 300 : 40))
         response.total = total
-        response.settings = queue.settings
+        response.settings = settings
     }
 
     static func event(for change: QueueChange) -> DaemonEvent {
