@@ -262,9 +262,15 @@ public final class DownloadQueue: TransferOwner, Sendable {
         return (Self.records(of: page), page.total)
     }
 
-    /// ``records(_:)`` and the settings, or `nil` when the queue's state is locked right now
-    /// (a drain or an add of many holds it for up to milliseconds): for the event loop, which
-    /// carries every transfer and must not wait for it.
+    /// ``records(_:)`` and the settings, read together (a `queueList` answer).
+    func recordsAndSettings(_ page: QueuePage) -> (records: [DownloadRecord], total: Int, settings: QueueSettings) {
+        let page = self.state.withLock { Self.page(page, of: &$0) }
+        return (Self.records(of: page), page.total, page.settings)
+    }
+
+    /// ``recordsAndSettings(_:)``, or `nil` when the queue's state is locked right now (a drain
+    /// or an add of many holds it for up to milliseconds): for the event loop, which carries
+    /// every transfer and must not wait for it.
     func recordsIfUnlocked(_ page: QueuePage) -> (records: [DownloadRecord], total: Int, settings: QueueSettings)? {
         guard let page = self.state.withLockIfAvailable({ Self.page(page, of: &$0) }) else { return nil }
         return (Self.records(of: page), page.total, page.settings)

@@ -72,8 +72,8 @@ enum QueueRequestHandler {
     /// `queueList`: a page of the queue from its in-memory index, with the total and the
     /// settings.
     static func list(_ page: QueuePage, queue: DownloadQueue, into response: inout DaemonResponse) {
-        let (records, total) = queue.records(page)
-        Self.fill(&response, records: records, total: total, settings: queue.settings, fields: page.fields)
+        let (records, total, settings) = queue.recordsAndSettings(page)
+        Self.fill(&response, records: records, total: total, settings: settings, fields: page.fields)
     }
 
     /// ``list(_:queue:into:)`` without waiting: `false` (and nothing filled in) when the queue's
