@@ -218,16 +218,17 @@ extension DownloadQueue {
             opensUnnamedFile: true,
             observer: transfer
         )
+        let info = download.info
         self.state.withLock {
             $0.running[id] = Running(
                 transfer: transfer, run: run, stored: download, lease: lease,
                 leaseValidUntil: sentAt + self.configuration.leaseSeconds
             )
             // Listed from now on with its live numbers: its entry needs no record.
-            $0.saved(download)
+            $0.saved(download, as: info)
         }
         self.logger.debug("download \(id) starts at offset \(point?.offset ?? 0) from \(download.url.absoluteString) (lease \(lease))")
-        self.publish(.changed(self.info(for: download)))
+        self.publish(.changed(Self.overlay(info, live: transfer)))
         self.launchWhenSaved(id, run)
         return .started
     }

@@ -416,13 +416,12 @@ public final class DownloadQueue: TransferOwner, Sendable {
                     repeat { rows[position].gid = DownloadGID.random() } while state.index.id(gid: rows[position].gid) != nil
                 }
             }
-            let inserted = try self.insertDownloads(rows)
+            let (inserted, infos) = try self.insertDownloads(rows)
             if inserted.count == 1 {
                 self.logger.info("queued download \(inserted[0].id!): \(inserted[0].urls[0].absoluteString) → \(inserted[0].directory)")
             } else {
                 self.logger.info("queued \(inserted.count) downloads (\(inserted.first!.id!)…\(inserted.last!.id!))")
             }
-            let infos = inserted.map(\.info)
             for info in infos { self.publish(.changed(info)) }
             self.core.enqueue(inserted.filter { $0.state == .waiting }.map(Self.entry(for:)))
             return infos
