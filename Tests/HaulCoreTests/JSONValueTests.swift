@@ -116,6 +116,36 @@ struct JSONValueTests {
         #expect(disagreements.isEmpty, "\(disagreements.prefix(5))")
     }
 
+    @Test("Strings: ASCII, UTF-8 and escapes read as written; any invalid UTF-8 is refused, wherever it is")
+    func strings() {
+        func reads(_ bytes: [UInt8]) -> JSONValue? { try? JSONValue(parsing: [0x22] + bytes + [0x22]) }
+        let quote = UInt8(ascii: "\"")
+        // ASCII (DEL included), then the same with a non-ASCII scalar raw, escaped, and both.
+        #expect(reads(Array("http://127.0.0.1:8080/a b?c=d&e\u{7F}".utf8)) == .string("http://127.0.0.1:8080/a b?c=d&e\u{7F}"))
+        #expect(reads(Array("caf\u{E9} 日本 🚀".utf8)) == .string("caf\u{E9} 日本 🚀"))
+        #expect(reads(Array("caf\\u00e9".utf8)) == .string("caf\u{E9}"))
+        #expect(reads(Array("a\\/b\\u00e9 日本".utf8)) == .string("a/b\u{E9} 日本"))
+        #expect(reads(Array("a\\/b".utf8)) == .string("a/b"))
+        #expect(reads([]) == .string(""))
+        // Invalid UTF-8: a stray continuation byte, a cut sequence, an overlong encoding, an
+        // encoded surrogate, a byte never used, each alone, after ASCII, and after an escape.
+        for bad: [UInt8] in [[0x80], [0xC3, 0x28], [0xE6, 0x97], [0xC0, 0xAF], [0xED, 0xA0, 0x80], [0xFF], [0xF4, 0x90, 0x80, 0x80]] {
+            #expect(reads(bad) == nil, "\(bad)")
+            #expect(reads(Array("abc".utf8) + bad) == nil, "\(bad) after ASCII")
+            #expect(reads(Array("a\\n".utf8) + bad + Array("z".utf8)) == nil, "\(bad) after an escape")
+            #expect(reads(Array("\\u00e9".utf8) + bad) == nil, "\(bad) after a non-ASCII escape")
+        }
+        // Each of 2,000 random strings (a mix of ASCII, two-, three- and four-byte scalars and
+        // escapes) reads as Foundation reads it.
+        var generator = SystemRandomNumberGenerator()
+        let pieces: [[UInt8]] = [Array("a".utf8), Array("Z9 /:?".utf8), Array("é".utf8), Array("日".utf8), Array("🚀".utf8), Array("\\n".utf8), Array("\\/".utf8), Array("\\u00e9".utf8), Array("\\ud83d\\ude80".utf8), [0x7F]]
+        for _ in 0..<2000 {
+            let bytes = (0..<Int.random(in: 0...8, using: &generator)).flatMap { _ in pieces.randomElement(using: &generator)! }
+            let ours = reads(bytes)
+            #expect(ours != nil && ours == Self.foundation([quote] + bytes + [quote]), "\(String(decoding: bytes, as: UTF8.self))")
+        }
+    }
+
     @Test("The grammar's corners")
     func corners() throws {
         func reads(_ text: String) -> JSONValue? { try? JSONValue(parsing: Array(text.utf8)) }

@@ -266,21 +266,28 @@ private struct JSONReader {
         self.position += 1
         var decoded: [UInt8] = []
         var runStart = self.position
+        // Every byte of the string OR-ed together: below 0x80, it is ASCII, valid UTF-8 as it
+        // stands, and made into a String without the generic validating path (which asks the
+        // runtime for its types' metadata on every call: ~4 K instructions a string, most of
+        // what reading a batch add's URL cost).
+        var allBits: UInt8 = 0
         while true {
             guard self.position < self.bytes.count else { throw self.error("unterminated string") }
             let byte = self.bytes[self.position]
             if byte == UInt8(ascii: "\"") {
                 let text: String?
                 if decoded.isEmpty {
-                    text = String(validating: UnsafeBufferPointer(rebasing: self.bytes[runStart..<self.position]), as: UTF8.self)
+                    let run = UnsafeBufferPointer(rebasing: self.bytes[runStart..<self.position])
+                    text = allBits < 0x80 ? String(decoding: run, as: UTF8.self) : String(validating: run, as: UTF8.self)
                 } else {
                     decoded.append(contentsOf: UnsafeBufferPointer(rebasing: self.bytes[runStart..<self.position]))
-                    text = String(validating: decoded, as: UTF8.self)
+                    text = allBits < 0x80 ? String(decoding: decoded, as: UTF8.self) : String(validating: decoded, as: UTF8.self)
                 }
                 guard let text else { throw self.error("invalid UTF-8 in a string") }
                 self.position += 1
                 return text
             }
+            allBits |= byte
             if byte < 0x20 { throw self.error("control character in a string") }
             if byte != UInt8(ascii: "\\") {
                 self.position += 1
