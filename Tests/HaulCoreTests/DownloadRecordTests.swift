@@ -213,4 +213,46 @@ struct DownloadRecordTests {
         }
         #expect(index.record(id: 2) == nil)
     }
+
+    @Test("A record made away from the index is kept only while the entry still says what it was made from")
+    func recordsMadeOutside() throws {
+        var index = DownloadIndex()
+        for id in [1, 2, 3] as [Int64] { index.put(Self.info(id: id, name: "file\(id).bin")) }
+        #expect(index.recordSource(id: 4) == nil)
+        // Not made yet: the info to make it from, the same record `record(id:)` would make.
+        guard case .info(let info, let revision)? = index.recordSource(id: 1) else { Issue.record("no info for 1"); return }
+        #expect(info == Self.info(id: 1, name: "file1.bin"))
+        let made = DownloadRecord(info)
+        let keptFirst = index.keep(made, madeFrom: revision)
+        #expect(keptFirst)
+        guard case .kept(let kept)? = index.recordSource(id: 1) else { Issue.record("not kept"); return }
+        #expect(kept == made)
+        let listed = index.record(id: 1)
+        #expect(listed == made)
+        let replaced = index.keep(DownloadRecord(Self.info(id: 1, name: "other.bin")), madeFrom: revision)
+        #expect(!replaced, "a kept record is not replaced")
+        // The entry changed between reading its source and keeping the record: not kept, and
+        // the next list makes the record of what it says now.
+        guard case .info(let stale, let staleRevision)? = index.recordSource(id: 2) else { Issue.record("no info for 2"); return }
+        index.put(Self.info(id: 2, name: "renamed.bin", state: .waiting))
+        let keptStale = index.keep(DownloadRecord(stale), madeFrom: staleRevision)
+        #expect(!keptStale)
+        let renamed = index.record(id: 2)
+        #expect(String(decoding: renamed!.bytes, as: UTF8.self).contains("renamed.bin"))
+        // A running download's entry keeps no record; a removed one takes none.
+        index.put(Self.info(id: 3, name: "running.bin", state: .active), prepared: false)
+        guard case .info(let running, let runningRevision)? = index.recordSource(id: 3) else { Issue.record("no info for 3"); return }
+        let keptRunning = index.keep(DownloadRecord(running), madeFrom: runningRevision)
+        #expect(!keptRunning)
+        guard case .info = index.recordSource(id: 3) else { Issue.record("a running entry kept a record"); return }
+        index.remove(id: 3)
+        let keptRemoved = index.keep(DownloadRecord(running), madeFrom: runningRevision)
+        // A put of the same info again is a new revision: a record read before it is not kept.
+        index.put(Self.info(id: 1, name: "file1.bin"))
+        guard case .info(_, let before)? = index.recordSource(id: 1) else { Issue.record("no info for 1"); return }
+        index.put(Self.info(id: 1, name: "file1.bin"))
+        let keptBefore = index.keep(made, madeFrom: before)
+        #expect(!keptBefore)
+        #expect(!keptRemoved)
+    }
 }
