@@ -246,6 +246,23 @@ struct DownloadRecordTests {
         #expect(!keptRunning)
         guard case .info = index.recordSource(id: 3) else { Issue.record("a running entry kept a record"); return }
         index.remove(id: 3)
+        // A page hands its entries out without making their records; those made from it and
+        // handed back are what the next page gives.
+        let page = index.page(QueuePage(states: [.paused, .waiting]))
+        var madeFromPage: [DownloadRecord] = []
+        for entry in page.entries {
+            switch entry.recordSource {
+            case .kept(let record): madeFromPage.append(record)
+            case .info(let info, let revision):
+                let record = DownloadRecord(info)
+                index.keep(record, madeFrom: revision)
+                madeFromPage.append(record)
+            }
+        }
+        #expect(madeFromPage == page.entries.map(\.record))
+        for entry in index.page(QueuePage(states: [.paused, .waiting])).entries {
+            guard case .kept = entry.recordSource else { Issue.record("\(entry.id) not kept"); continue }
+        }
         let keptRemoved = index.keep(DownloadRecord(running), madeFrom: runningRevision)
         // A put of the same info again is a new revision: a record read before it is not kept.
         index.put(Self.info(id: 1, name: "file1.bin"))

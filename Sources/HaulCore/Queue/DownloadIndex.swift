@@ -27,6 +27,13 @@ public struct DownloadIndex: Sendable {
 
         /// The download's JSON record for lists.
         public var record: DownloadRecord { self.preparedRecord ?? DownloadRecord(self.info) }
+
+        /// The record kept, or the info to make it from and the put that made this entry (see
+        /// ``DownloadIndex/keep(_:madeFrom:)``).
+        public var recordSource: RecordSource {
+            if let record = self.preparedRecord { return .kept(record) }
+            return .info(self.info, Revision(id: self.id, value: self.revision))
+        }
     }
 
     public private(set) var entries: [Entry] = []
@@ -155,14 +162,12 @@ public struct DownloadIndex: Sendable {
 
     /// Where download `id`'s JSON record comes from, read without making it: the record kept,
     /// or the info to make one from, away from whatever guards this index (a lock held while
-    /// 10,000 records were made stalled everything else that needed it, ~35 ms), then handed
-    /// back with ``keep(_:madeFrom:)``. `nil` when there is no such download.
+    /// 10,000 records were made, ~114 M instructions, stalled everything else that needed it),
+    /// then handed back with ``keep(_:madeFrom:)``. `nil` when there is no such download.
     public func recordSource(id: Int64) -> RecordSource? {
         let position = self.position(of: id)
         guard position < self.entries.count, self.entries[position].id == id else { return nil }
-        let entry = self.entries[position]
-        if let record = entry.preparedRecord { return .kept(record) }
-        return .info(entry.info, Revision(id: id, value: entry.revision))
+        return self.entries[position].recordSource
     }
 
     /// A download's JSON record, or what to make it from (``recordSource(id:)``).
@@ -206,16 +211,16 @@ public struct DownloadIndex: Sendable {
         return text
     }
 
-    /// The entries of one page, their records made (and kept, see ``put(_:prepared:)``), and
-    /// how many match the page's filter in all. Without a search the total comes from the
-    /// counts and the walk stops at the page's end, so a small page or a count (`limit` 0)
-    /// costs the same at 10 downloads or 100,000.
+    /// The entries of one page, and how many match the page's filter in all. Their records are
+    /// not made here: the caller makes the missing ones (``Entry/recordSource``) away from
+    /// whatever guards this index and hands them back with ``keep(_:madeFrom:)`` (a first
+    /// list of 10,000 finished downloads made ~100 M instructions of JSON inside the queue's
+    /// lock). Without a search the total comes from the counts and the walk stops at the
+    /// page's end, so a small page or a count (`limit` 0) costs the same at 10 downloads or
+    /// 100,000.
     public mutating func page(_ page: QueuePage) -> (entries: [Entry], total: Int) {
         let (positions, total) = self.positions(page)
-        return (positions.map { position in
-            _ = self.prepareRecord(at: position)
-            return self.entries[position]
-        }, total)
+        return (positions.map { self.entries[$0] }, total)
     }
 
     /// The positions in ``entries`` of one page, and how many match in all.

@@ -259,21 +259,21 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// memory, encoding only the running downloads again (their live numbers).
     public func records(_ page: QueuePage) -> (records: [DownloadRecord], total: Int) {
         let page = self.state.withLock { Self.page(page, of: &$0) }
-        return (Self.records(of: page), page.total)
+        return (self.records(of: page), page.total)
     }
 
     /// ``records(_:)`` and the settings, read together (a `queueList` answer).
     func recordsAndSettings(_ page: QueuePage) -> (records: [DownloadRecord], total: Int, settings: QueueSettings) {
         let page = self.state.withLock { Self.page(page, of: &$0) }
-        return (Self.records(of: page), page.total, page.settings)
+        return (self.records(of: page), page.total, page.settings)
     }
 
     /// ``recordsAndSettings(_:)``, or `nil` when the queue's state is locked right now (a drain
     /// or an add of many holds it for up to milliseconds): for the event loop, which carries
-    /// every transfer and must not wait for it.
+    /// every transfer and must not wait for it (nor to keep the records it made).
     func recordsIfUnlocked(_ page: QueuePage) -> (records: [DownloadRecord], total: Int, settings: QueueSettings)? {
         guard let page = self.state.withLockIfAvailable({ Self.page(page, of: &$0) }) else { return nil }
-        return (Self.records(of: page), page.total, page.settings)
+        return (self.records(of: page, waitsToKeep: false), page.total, page.settings)
     }
 
     private struct ListedPage {
@@ -288,40 +288,65 @@ public final class DownloadQueue: TransferOwner, Sendable {
         return ListedPage(entries: entries, total: total, running: state.running, settings: state.settings)
     }
 
-    private static func records(of page: ListedPage) -> [DownloadRecord] {
-        var records = page.entries.map(\.record)
-        if !page.running.isEmpty {
-            for (position, entry) in page.entries.enumerated() {
-                guard let live = page.running[entry.id] else { continue }
-                records[position] = DownloadRecord(Self.overlay(live.stored.info, live: live.transfer))
+    /// The page's records, made outside the queue's lock: a running download's from its live
+    /// numbers, any other's as kept, or made now and then kept (``keep(_:_:waits:)``).
+    private func records(of page: ListedPage, waitsToKeep: Bool = true) -> [DownloadRecord] {
+        var records: [DownloadRecord] = []
+        records.reserveCapacity(page.entries.count)
+        var made: [(position: Int, revision: DownloadIndex.Revision)] = []
+        for entry in page.entries {
+            if let live = page.running[entry.id] {
+                records.append(DownloadRecord(Self.overlay(live.stored.info, live: live.transfer)))
+                continue
+            }
+            switch entry.recordSource {
+            case .kept(let record):
+                records.append(record)
+            case .info(let info, let revision):
+                made.append((records.count, revision))
+                records.append(DownloadRecord(info))
             }
         }
+        self.keep(records, made, waits: waitsToKeep)
         return records
+    }
+
+    /// Hands the records made outside the lock back to the index (each kept only if no put
+    /// replaced its entry meanwhile); without `waits`, only if the lock is free now.
+    private func keep(_ records: [DownloadRecord], _ made: [(position: Int, revision: DownloadIndex.Revision)], waits: Bool = true) {
+        guard !made.isEmpty else { return }
+        if waits {
+            self.state.withLock { state in
+                for (position, revision) in made { state.index.keep(records[position], madeFrom: revision) }
+            }
+        } else {
+            _ = self.state.withLockIfAvailable { state in
+                for (position, revision) in made { state.index.keep(records[position], madeFrom: revision) }
+            }
+        }
     }
 
     /// The JSON records of `infos` as the list has them (written once, when they changed):
     /// read from the index under the queue's lock, made outside it (an add's answer of 10,000
-    /// held the lock every transfer's end takes for ~35 ms), then kept for later lists.
+    /// held the lock every transfer's end takes for ~114 M instructions, ~35 ms on the 2-core
+    /// test machine), then kept for later lists.
     public func records(of infos: [QueuedDownloadInfo]) -> [DownloadRecord] {
         let sources = self.state.withLock { state in infos.map { state.index.recordSource(id: $0.id) } }
         var records: [DownloadRecord] = []
         records.reserveCapacity(infos.count)
-        var made = false
+        var made: [(position: Int, revision: DownloadIndex.Revision)] = []
         for index in infos.indices {
             switch sources[index] {
-            case .kept(let record)?: records.append(record)
-            case .info(let indexed, _)?:
+            case .kept(let record)?:
+                records.append(record)
+            case .info(let indexed, let revision)?:
+                made.append((index, revision))
                 records.append(DownloadRecord(indexed))
-                made = true
-            case nil: records.append(DownloadRecord(infos[index]))
+            case nil:
+                records.append(DownloadRecord(infos[index]))
             }
         }
-        guard made else { return records }
-        self.state.withLock { state in
-            for index in infos.indices {
-                if case .info(_, let revision)? = sources[index] { state.index.keep(records[index], madeFrom: revision) }
-            }
-        }
+        self.keep(records, made)
         return records
     }
 
