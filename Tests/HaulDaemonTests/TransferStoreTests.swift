@@ -300,7 +300,10 @@ struct TransferStoreTests {
             UTCTimestamp(date).write(to: &written, separator: UInt8(ascii: " "), milliseconds: true)
             #expect(String(decoding: written, as: UTF8.self) == String.fromDatabaseValue(date.databaseValue), "\(date.timeIntervalSince1970)")
         }
-        for seconds in [-0.0005, -1, -86_400, -86_401, 951_782_400 /* 29 Feb 2000 */, 4_107_542_400 /* 1 Mar 2100 */, 1_709_164_800.9995] as [Double] {
+        // Halves of a millisecond round up (toward later) before 1970 too: -1328749534.9115 is
+        // 1927-11-23 22:54:25.0885 exactly in ms, written .089 as GRDB does (it was .088).
+        for seconds in [-0.0005, -1, -86_400, -86_401, 951_782_400 /* 29 Feb 2000 */, 4_107_542_400 /* 1 Mar 2100 */, 1_709_164_800.9995,
+                        -1_328_749_534.9115, -951_782_400.0005, -1.0015, 1.0015, 951_782_400.0005] as [Double] {
             let date = Date(timeIntervalSince1970: seconds)
             var written: [UInt8] = []
             UTCTimestamp(date).write(to: &written, separator: UInt8(ascii: " "), milliseconds: true)
