@@ -198,10 +198,10 @@ struct DownloadRecordTests {
         #expect(index.stateCounts == [.paused: 2, .waiting: 1])
         // The record follows the latest put.
         #expect(String(decoding: index.entry(id: 3)!.record.bytes, as: UTF8.self).contains("\"state\":\"waiting\""))
-        // Records and search texts are made when first listed or searched and kept; a put
-        // replaces them, prepared or not (a running download's entry keeps none).
+        // Search texts are made when first searched and kept; a put replaces them and any kept
+        // record, prepared or not (a running download's entry keeps none).
         #expect(index.page(QueuePage(search: "file1.iso")).entries.map(\.id) == [1])
-        #expect(String(decoding: index.record(id: 1)!.bytes, as: UTF8.self).contains("file1.ISO"))
+        #expect(String(decoding: index.entry(id: 1)!.record.bytes, as: UTF8.self).contains("file1.ISO"))
         for prepared in [true, false] {
             index.put(Self.info(id: 1, name: prepared ? "renamed.bin" : "running.bin", state: prepared ? .paused : .active), prepared: prepared)
             let name = prepared ? "renamed.bin" : "running.bin"
@@ -209,9 +209,9 @@ struct DownloadRecordTests {
             #expect(index.page(QueuePage(search: name)).entries.map(\.id) == [1])
             let listed = index.page(QueuePage(limit: 1)).entries.first!
             #expect(String(decoding: listed.record.bytes, as: UTF8.self).contains(name))
-            #expect(String(decoding: index.record(id: 1)!.bytes, as: UTF8.self).contains(name))
+            #expect(String(decoding: index.entry(id: 1)!.record.bytes, as: UTF8.self).contains(name))
         }
-        #expect(index.record(id: 2) == nil)
+        #expect(index.entry(id: 2) == nil)
     }
 
     @Test("A record made away from the index is kept only while the entry still says what it was made from")
@@ -219,7 +219,7 @@ struct DownloadRecordTests {
         var index = DownloadIndex()
         for id in [1, 2, 3] as [Int64] { index.put(Self.info(id: id, name: "file\(id).bin")) }
         #expect(index.recordSource(id: 4) == nil)
-        // Not made yet: the info to make it from, the same record `record(id:)` would make.
+        // Not made yet: the info to make it from, the record a list makes from it.
         guard case .info(let info, let revision)? = index.recordSource(id: 1) else { Issue.record("no info for 1"); return }
         #expect(info == Self.info(id: 1, name: "file1.bin"))
         let made = DownloadRecord(info)
@@ -227,7 +227,7 @@ struct DownloadRecordTests {
         #expect(keptFirst)
         guard case .kept(let kept)? = index.recordSource(id: 1) else { Issue.record("not kept"); return }
         #expect(kept == made)
-        let listed = index.record(id: 1)
+        let listed = index.entry(id: 1)?.record
         #expect(listed == made)
         let replaced = index.keep(DownloadRecord(Self.info(id: 1, name: "other.bin")), madeFrom: revision)
         #expect(!replaced, "a kept record is not replaced")
@@ -237,7 +237,7 @@ struct DownloadRecordTests {
         index.put(Self.info(id: 2, name: "renamed.bin", state: .waiting))
         let keptStale = index.keep(DownloadRecord(stale), madeFrom: staleRevision)
         #expect(!keptStale)
-        let renamed = index.record(id: 2)
+        let renamed = index.entry(id: 2)?.record
         #expect(String(decoding: renamed!.bytes, as: UTF8.self).contains("renamed.bin"))
         // A running download's entry keeps no record; a removed one takes none.
         index.put(Self.info(id: 3, name: "running.bin", state: .active), prepared: false)

@@ -152,14 +152,6 @@ public struct DownloadIndex: Sendable {
         self.entries.lazy.filter { states.contains($0.state) }.map(\.id)
     }
 
-    /// The JSON record of download `id` (made now and kept, the first time), or `nil` when
-    /// there is no such download.
-    public mutating func record(id: Int64) -> DownloadRecord? {
-        let position = self.position(of: id)
-        guard position < self.entries.count, self.entries[position].id == id else { return nil }
-        return self.prepareRecord(at: position)
-    }
-
     /// Where download `id`'s JSON record comes from, read without making it: the record kept,
     /// or the info to make one from, away from whatever guards this index (a lock held while
     /// 10,000 records were made, ~114 M instructions, stalled everything else that needed it),
@@ -195,13 +187,6 @@ public struct DownloadIndex: Sendable {
         else { return false }
         self.entries[position].preparedRecord = record
         return true
-    }
-
-    private mutating func prepareRecord(at position: Int) -> DownloadRecord {
-        if let record = self.entries[position].preparedRecord { return record }
-        let record = DownloadRecord(self.entries[position].info)
-        if self.entries[position].keepsPrepared { self.entries[position].preparedRecord = record }
-        return record
     }
 
     private mutating func prepareSearchText(at position: Int) -> String {

@@ -299,16 +299,26 @@ public final class DownloadQueue: TransferOwner, Sendable {
                 records.append(DownloadRecord(Self.overlay(live.stored.info, live: live.transfer)))
                 continue
             }
-            switch entry.recordSource {
-            case .kept(let record):
-                records.append(record)
-            case .info(let info, let revision):
-                made.append((records.count, revision))
-                records.append(DownloadRecord(info))
-            }
+            records.append(Self.record(from: entry.recordSource, at: records.count, made: &made))
         }
         self.keep(records, made, waits: waitsToKeep)
         return records
+    }
+
+    /// The record `source` names: as kept, or made now from its info (noted in `made` at
+    /// `position`, for ``keep(_:_:waits:)``).
+    private static func record(
+        from source: DownloadIndex.RecordSource,
+        at position: Int,
+        made: inout [(position: Int, revision: DownloadIndex.Revision)]
+    ) -> DownloadRecord {
+        switch source {
+        case .kept(let record):
+            return record
+        case .info(let info, let revision):
+            made.append((position, revision))
+            return DownloadRecord(info)
+        }
     }
 
     /// Hands the records made outside the lock back to the index (each kept only if no put
@@ -336,15 +346,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         records.reserveCapacity(infos.count)
         var made: [(position: Int, revision: DownloadIndex.Revision)] = []
         for index in infos.indices {
-            switch sources[index] {
-            case .kept(let record)?:
-                records.append(record)
-            case .info(let indexed, let revision)?:
-                made.append((index, revision))
-                records.append(DownloadRecord(indexed))
-            case nil:
-                records.append(DownloadRecord(infos[index]))
-            }
+            records.append(sources[index].map { Self.record(from: $0, at: index, made: &made) } ?? DownloadRecord(infos[index]))
         }
         self.keep(records, made)
         return records
