@@ -15,9 +15,8 @@ public struct UTCTimestamp: Sendable, Hashable {
     /// before 1970), or cut to the whole second (as `JSONEncoder`'s `.iso8601` writes it) when
     /// `wholeSeconds`.
     public init(_ date: Date, wholeSeconds: Bool = false) {
-        let unit: Double = wholeSeconds ? 1 : 1000
-        // x + 0.5 is exact below 2^52 ms (a half is a multiple of every smaller ulp).
-        let scaled = wholeSeconds ? date.timeIntervalSince1970.rounded(.down) : (date.timeIntervalSince1970 * unit + 0.5).rounded(.down)
+        // ms + 0.5 is exact below 2^52 ms (a half is a multiple of every smaller ulp).
+        let scaled = wholeSeconds ? date.timeIntervalSince1970.rounded(.down) : (date.timeIntervalSince1970 * 1000 + 0.5).rounded(.down)
         let total = Int64(scaled) * (wholeSeconds ? 1000 : 1)
         let seconds = total >= 0 ? total / 1000 : (total - 999) / 1000
         let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
