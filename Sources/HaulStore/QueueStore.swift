@@ -117,8 +117,9 @@ public protocol SoleWriterQueueStore: QueueStore {
     /// No read: nothing but this daemon writes the row. Returns the row as saved.
     func updateDownload(_ current: StoredDownload, stored: StoredDownload, _ change: (inout StoredDownload) throws -> Void) throws -> StoredDownload
 
-    /// Up to `limit` waiting downloads from id `id` on, in id order: one read for the rows of
-    /// the next claims (the queue keeps them, see `WaitingRowCache`).
+    /// Up to `limit` waiting downloads from id `id` on, in id order, among the next few ids
+    /// (``TransferStore/waitingWindow(limit:)``): one read for the rows of the next claims (the
+    /// queue keeps them, see `WaitingRowCache`).
     func waitingDownloads(from id: Int64, limit: Int) throws -> [StoredDownload]
 }
 

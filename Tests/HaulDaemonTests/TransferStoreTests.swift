@@ -215,6 +215,60 @@ struct TransferStoreTests {
         #expect(try store.waitingDownloads(from: ids[0], limit: 1).map(\.id) == [ids[1]])
     }
 
+    @Test("A batch of any size is inserted several rows a statement: ids consecutive in the batch's order, each row its own; a taken gid fails the whole batch; no index of states is kept")
+    func batchesOfManyRows() throws {
+        let store = try TransferStore.inMemory()
+        func rows(_ prefix: String, _ count: Int) -> [StoredDownload] {
+            (0..<count).map { StoredDownload(urls: [URL(string: "http://127.0.0.1/\(prefix)\($0)")!], directory: "/d", requestedName: "\(prefix)\($0)", checksum: nil, priority: $0 % 5, speedLimit: 0) }
+        }
+        var next: Int64 = 1
+        // Sizes around the statement's 32 rows and its smaller powers of two.
+        for (batch, count) in [1, 3, 31, 32, 33, 63, 1_000].enumerated() {
+            let written = rows("b\(batch)-", count)
+            let inserted = try store.insert(written)
+            #expect(inserted.map(\.id) == (next..<next + Int64(count)).map { Optional($0) })
+            next += Int64(count)
+            for (row, source) in zip(inserted, written) {
+                let read = try #require(try store.download(id: row.id!))
+                #expect(read.requestedName == source.requestedName && read.urls == source.urls && read.priority == source.priority)
+                #expect(read.gid == row.gid && DownloadGID.normalized(read.gid) == read.gid)
+            }
+        }
+        // A gid already taken, late in a batch (in its second statement), or twice within one
+        // statement: nothing of the batch is kept.
+        let total = try store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM queuedDownload") }
+        let takenGID = try #require(try store.download(id: 5)).gid
+        var clashing = rows("c", 50)
+        clashing[40].gid = takenGID
+        #expect(throws: (any Error).self) { try store.insert(clashing) }
+        var twice = rows("t", 10)
+        twice[3].gid = "00000000000000aa"
+        twice[7].gid = "00000000000000aa"
+        #expect(throws: (any Error).self) { try store.insert(twice) }
+        #expect(try store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM queuedDownload") } == total)
+        // The next batch goes on from the ids the table has had.
+        #expect(try store.insert(rows("n", 2)).first?.id.map { $0 >= next } == true)
+        let indexes = try store.read { db in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'queuedDownload' AND sql IS NOT NULL ORDER BY name") }
+        #expect(indexes == ["queuedDownload_gid"])
+    }
+
+    @Test("The read-ahead of waiting rows looks at a window of ids: a long stretch of other downloads after the first ends it there")
+    func waitingRowsWindow() throws {
+        let store = try TransferStore.inMemory()
+        let rows = (0..<600).map { StoredDownload(urls: [URL(string: "http://127.0.0.1/r\($0)")!], directory: "/d", requestedName: nil, checksum: nil, priority: 0, speedLimit: 0) }
+        let ids = try store.insert(rows).map { $0.id! }
+        _ = try store.updateDownloads(ids: Array(ids[1..<500])) { download in
+            download.state = .complete
+            return true
+        }
+        let window = Int(TransferStore.waitingWindow(limit: 64))
+        #expect(window < 499)
+        #expect(try store.waitingDownloads(from: ids[0], limit: 64).map(\.id) == [ids[0]])
+        #expect(try store.waitingDownloads(from: ids[500], limit: 64).map(\.id) == Array(ids[500..<564]))
+        #expect(try store.waitingDownloads(from: ids[599], limit: 64).map(\.id) == [ids[599]])
+        #expect(try store.waitingDownloads(from: Int64.max - 1, limit: 64).isEmpty)
+    }
+
     @Test("A download is a value: copies share their fields until one changes, then differ only where it changed; an update from an unchanged copy writes nothing, JSON keeps the field names")
     func downloadCopiesAreValues() throws {
         let store = try TransferStore.inMemory()
