@@ -153,6 +153,26 @@ struct DownloadRecordTests {
         #expect(JSONWriter.inserting(member: "a", raw: Array("1".utf8), into: Array("{}".utf8)) == Array(#"{"a":1}"#.utf8))
     }
 
+    @Test("Integers are written as their decimal text, whatever their type and sign; names verbatim; doubles as Swift prints them")
+    func integersAndVerbatim() {
+        func written(_ body: (inout JSONWriter) -> Void) -> String {
+            var writer = JSONWriter()
+            body(&writer)
+            return String(decoding: writer.bytes, as: UTF8.self)
+        }
+        var values: [Int64] = [0, 1, -1, 9, 10, -10, 99, 100, 1 << 33, Int64.max, Int64.min, Int64.min + 1, 1_000_000_000_000_000_000]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 { values.append(Int64.random(in: Int64.min...Int64.max, using: &generator) >> Int64.random(in: 0...63, using: &generator)) }
+        for value in values { #expect(written { $0.append(integer: value) } == String(value)) }
+        #expect(written { $0.append(integer: Int(-42)) } == "-42")
+        #expect(written { $0.append(integer: UInt8(255)) } == "255")
+        #expect(written { $0.append(integer: Int8.min) } == "-128")
+        #expect(written { $0.append(integer: UInt64.max) } == "18446744073709551615", "beyond Int64: the generic conversion")
+        #expect(written { $0.append(integer: UInt64(Int64.max) + 1) } == "9223372036854775808")
+        #expect(written { $0.append(verbatim: "bytesDone"); $0.append(verbatim: "ü\"") } == "bytesDoneü\"")
+        #expect(written { $0.append(double: 0.1); $0.append(UInt8(ascii: ",")); $0.append(double: .infinity) } == "0.1,null")
+    }
+
     @Test("The index keeps id order, replaces by id, counts per state and pages as the store did")
     func index() {
         var index = DownloadIndex()

@@ -18,7 +18,7 @@ public struct DownloadRecord: Sendable, Hashable {
             if writer.bytes.count > 1 { writer.append(UInt8(ascii: ",")) }
             starts[Self.index(field)] = UInt32(writer.bytes.count)
             writer.append(UInt8(ascii: "\""))
-            writer.bytes.append(contentsOf: field.rawValue.utf8)
+            writer.append(verbatim: field.rawValue)
             writer.append(raw: "\":")
             value(&writer)
         }
