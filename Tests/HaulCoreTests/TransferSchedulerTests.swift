@@ -105,6 +105,12 @@ struct TransferSchedulerTests {
         #expect(scheduler.isWaiting(TransferID(.session, 1)))
         let r10 = scheduler.ended(TransferID(.queue, 1), now: 2)
         #expect(self.started(r10) == [TransferID(.session, 1)])
+        // Running again, it yields again to the next that waits (and only while it runs).
+        let r11 = scheduler.add(self.download(2, host: Self.hostB), now: 3)
+        #expect(self.yielded(r11) == [TransferID(.session, 1)])
+        let r12 = scheduler.ended(TransferID(.session, 1), now: 3)
+        #expect(self.started(r12) == [TransferID(.queue, 2)])
+        #expect(self.yielded(scheduler.add(self.download(3, host: Self.hostB), now: 4)).isEmpty, "nothing discretionary runs")
     }
 
     @Test("A non-discretionary task never yields, and a discretionary one waits behind it")

@@ -114,6 +114,9 @@ public struct TransferScheduler: Sendable {
     private var running: [TransferID: Running] = [:]
     private var runningPerHost: [String: Int] = [:]
     private var runningPerOwner: [TransferOwnerKind: Int] = [:]
+    /// How many of `running` are discretionary: with none, nothing can yield to a blocked
+    /// transfer, and a decision skips looking (it is made at every start and end).
+    private var runningDiscretionary = 0
     private var requestedWakeUp: Double?
     private var isShutDown = false
 
@@ -219,6 +222,7 @@ public struct TransferScheduler: Sendable {
         self.runningPerHost[finished.entry.host, default: 1] -= 1
         if self.runningPerHost[finished.entry.host] == 0 { self.runningPerHost[finished.entry.host] = nil }
         self.runningPerOwner[id.owner, default: 1] -= 1
+        if finished.entry.isDiscretionary { self.runningDiscretionary -= 1 }
         return self.decide(now: now)
     }
 
@@ -258,6 +262,7 @@ public struct TransferScheduler: Sendable {
             self.running[entry.id] = Running(entry: entry)
             self.runningPerHost[entry.host, default: 0] += 1
             self.runningPerOwner[entry.id.owner, default: 0] += 1
+            if entry.isDiscretionary { self.runningDiscretionary += 1 }
             actions.append(.start(entry.id))
         }
         actions += self.yieldDiscretionaryForBlocked()
@@ -302,6 +307,7 @@ public struct TransferScheduler: Sendable {
     /// Ready non-discretionary heads that found no slot take one from a running discretionary
     /// transfer each (on their host when the host is what blocks them).
     private mutating func yieldDiscretionaryForBlocked() -> [Action] {
+        guard self.runningDiscretionary > 0 else { return [] }
         var blocked: [Entry] = []
         for entries in self.ready.values {
             guard let head = entries.last, !head.isDiscretionary else { continue }
