@@ -16,7 +16,12 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
         var totalBytes: Int64?
         var validators: EntityValidators
         var currentURL: URL
-        var suggestedName: String?
+        /// Whether the server answered, and the answer's `Content-Disposition`: the name it
+        /// suggests is made from these and `currentURL` when asked (``suggestedName``), not as
+        /// each answer comes in on the event loop (~3 K instructions a small file, asked for by
+        /// nobody unless a checkpoint or a list wants it).
+        var answered = false
+        var contentDisposition: String?
         var meter = TransferRateMeter()
         var checkpoints: CheckpointCadence
         var progress: CheckpointCadence
@@ -83,7 +88,12 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
     var bytesDone: Int64 { self.live.withLock { $0.bytesDone } }
     var totalBytes: Int64? { self.live.withLock { $0.totalBytes } }
     var currentURL: URL { self.live.withLock { $0.currentURL } }
-    var suggestedName: String? { self.live.withLock { $0.suggestedName } }
+    /// The server's name for the file (its `Content-Disposition`, else its URL's last
+    /// component), once it answered.
+    var suggestedName: String? {
+        let (answered, disposition, url) = self.live.withLock { ($0.answered, $0.contentDisposition, $0.currentURL) }
+        return answered ? FileNaming.suggestedFilename(contentDisposition: disposition, url: url) : nil
+    }
     var responseBody: Data { self.live.withLock { $0.responseBody } }
 
     /// Speed and time left right now.
@@ -110,15 +120,19 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
     /// before the sync); a later due checkpoint can be asked for again. Call after the file's
     /// bytes were synced to disk.
     func takeCheckpoint(map: ResumePoint? = nil) -> Checkpoint {
-        self.live.withLock { live in
+        let (checkpoint, answered, disposition) = self.live.withLock { live in
             live.checkpointPending = false
-            return Checkpoint(
+            let checkpoint = Checkpoint(
                 point: map ?? Self.resumePoint(bytes: live.bytesDone, live: live),
                 currentURL: live.currentURL,
                 totalBytes: live.totalBytes,
-                suggestedName: live.suggestedName
+                suggestedName: nil
             )
+            return (checkpoint, live.answered, live.contentDisposition)
         }
+        var named = checkpoint
+        if answered { named.suggestedName = FileNaming.suggestedFilename(contentDisposition: disposition, url: checkpoint.currentURL) }
+        return named
     }
 
     /// The resume point for `bytes` on disk, when the server gave validators.
@@ -145,7 +159,7 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
         let resumable = RangeResumeRules.notResumableReason(
             method: "GET", status: response.statusCode, headers: response.headers, validators: validators
         ) == nil
-        let name = FileNaming.suggestedFilename(contentDisposition: response.headers["Content-Disposition"], url: response.url)
+        let disposition = response.headers["Content-Disposition"]
         let now = TransferCore.monotonicNow()
         let worthRecording = self.live.withLock { live -> Bool in
             if response.statusCode == 206 {
@@ -156,7 +170,8 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
             }
             live.totalBytes = expectedTotal
             live.currentURL = response.url
-            live.suggestedName = name
+            live.answered = true
+            live.contentDisposition = disposition
             live.bytesDone = offset
             live.checkpoints.restart(at: offset, now: now)
             live.meter = TransferRateMeter()

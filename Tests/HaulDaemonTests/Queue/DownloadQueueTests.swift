@@ -621,6 +621,28 @@ struct ReadOnlyDestinationTests {
     }
 }
 
+@Suite("Download queue: the server's name for a file")
+struct QueueServerNameTests {
+    @Test("A running download takes the server's name (Content-Disposition) with its first checkpoint, and is placed under it")
+    func nameFromCheckpoint() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        let size = 2_000_000
+        let added = try await harness.queue.add(
+            urls: [server.url("/file/d.bin?size=\(size)&seed=8&rate=500000&disposition=attachment;%20filename%3D%22served.iso%22")],
+            directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+        )
+        #expect(added.fileName == "d.bin", "named from its URL until the server answers")
+        // The first checkpoint (0.5 s in) records the name the server gave, while it runs.
+        #expect(await waitUntilTrue { (try? harness.queue.store.download(id: added.id))?.map { $0.state == .active && $0.fileName == "served.iso" } == true })
+        let done = try await harness.wait(for: added.id, .complete)
+        #expect(done.fileName == "served.iso")
+        #expect(done.path == harness.downloads.appendingPathComponent("served.iso").path)
+        #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: Int64(size), seed: 8))
+        await harness.close()
+    }
+}
+
 @Suite("Download queue: cancel and remove", .serialized)
 struct QueueCancelTests {
     @Test("Cancel deletes the partial file and keeps the entry as removed until purged; rm drops it")
