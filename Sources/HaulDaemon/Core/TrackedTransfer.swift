@@ -120,7 +120,7 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
     /// before the sync); a later due checkpoint can be asked for again. Call after the file's
     /// bytes were synced to disk.
     func takeCheckpoint(map: ResumePoint? = nil) -> Checkpoint {
-        let (checkpoint, answered, disposition) = self.live.withLock { live in
+        let (unnamed, answered, disposition) = self.live.withLock { live in
             live.checkpointPending = false
             let checkpoint = Checkpoint(
                 point: map ?? Self.resumePoint(bytes: live.bytesDone, live: live),
@@ -130,9 +130,9 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
             )
             return (checkpoint, live.answered, live.contentDisposition)
         }
-        var named = checkpoint
-        if answered { named.suggestedName = FileNaming.suggestedFilename(contentDisposition: disposition, url: checkpoint.currentURL) }
-        return named
+        var checkpoint = unnamed
+        if answered { checkpoint.suggestedName = FileNaming.suggestedFilename(contentDisposition: disposition, url: checkpoint.currentURL) }
+        return checkpoint
     }
 
     /// The resume point for `bytes` on disk, when the server gave validators.

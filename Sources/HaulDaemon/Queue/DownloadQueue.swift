@@ -326,13 +326,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
     private func keep(_ records: [DownloadRecord], _ made: [(position: Int, revision: DownloadIndex.Revision)], waits: Bool = true) {
         guard !made.isEmpty else { return }
         if waits {
-            self.state.withLock { state in
-                for (position, revision) in made { state.index.keep(records[position], madeFrom: revision) }
-            }
+            self.state.withLock { $0.index.keep(records, made) }
         } else {
-            _ = self.state.withLockIfAvailable { state in
-                for (position, revision) in made { state.index.keep(records[position], madeFrom: revision) }
-            }
+            _ = self.state.withLockIfAvailable { $0.index.keep(records, made) }
         }
     }
 
@@ -780,5 +776,13 @@ extension DownloadQueue {
         if let xdg = environment["XDG_DOWNLOAD_DIR"], xdg.hasPrefix("/") { return xdg }
         let home = environment["HOME"] ?? NSHomeDirectory()
         return (home as NSString).appendingPathComponent("Downloads")
+    }
+}
+
+extension DownloadIndex {
+    /// Keeps each record of `records` named in `made` (by its position) as its entry's, if no
+    /// put replaced the entry since the record's source was read (``keep(_:madeFrom:)``).
+    fileprivate mutating func keep(_ records: [DownloadRecord], _ made: [(position: Int, revision: Revision)]) {
+        for (position, revision) in made { self.keep(records[position], madeFrom: revision) }
     }
 }
