@@ -114,13 +114,14 @@ extension TransferSessionTask {
         }
         let session = self.session
         let dataTask = self as? TransferSessionDataTask
-        session.enqueueDelegateCall { delegate in
-            if let dataTask, let responseBody, !responseBody.isEmpty {
-                (delegate as? any TransferSessionDataDelegate)?.urlSession(session, dataTask: dataTask, didReceive: responseBody)
+        session.complete(self) {
+            session.enqueueDelegateCall { delegate in
+                if let dataTask, let responseBody, !responseBody.isEmpty {
+                    (delegate as? any TransferSessionDataDelegate)?.urlSession(session, dataTask: dataTask, didReceive: responseBody)
+                }
+                (delegate as? any TransferSessionTaskDelegate)?.urlSession(session, task: self, didCompleteWithError: error)
+                acknowledge()
             }
-            (delegate as? any TransferSessionTaskDelegate)?.urlSession(session, task: self, didCompleteWithError: error)
-            acknowledge()
         }
-        session.taskDidComplete(self)
     }
 }

@@ -626,11 +626,17 @@ public final class TransferSession: Sendable {
         self.delegateQueue.addOperation { body(box.value) }
     }
 
-    func taskDidComplete(_ task: TransferSessionTask) {
+    /// Completes `task`: takes it off the session's list, then runs `deliver` (which enqueues
+    /// its completion callbacks), then invalidates a finishing session with no task left. In
+    /// that order, a completion callback that asks for the session's tasks no longer finds its
+    /// own (the delegate queue may run it before this thread goes on), and
+    /// `didBecomeInvalidWithError` comes after the last completion.
+    func complete(_ task: TransferSessionTask, delivering deliver: () -> Void) {
         let invalidateNow = self.state.withLock { state -> Bool in
             state.tasks[task.taskIdentifier] = nil
             return state.phase == .finishing && state.tasks.isEmpty
         }
+        deliver()
         if invalidateNow { self.invalidate() }
     }
 

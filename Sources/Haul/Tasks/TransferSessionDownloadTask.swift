@@ -171,25 +171,26 @@ public final class TransferSessionDownloadTask: TransferSessionTask, @unchecked 
         let urlResponse = UncheckedSendable(self.response ?? response.urlResponse)
         self.inner.withLock { $0.error = nil }
         let metrics = self.finalMetrics()
-        if let handler = self.completionHandler {
-            session.enqueueDelegateCall { delegate in
-                self.report(metrics, to: delegate)
-                handler(location, urlResponse.value, nil)
-                if !handsOver { unlink(path) }
-            }
-        } else {
-            session.enqueueDelegateCall { delegate in
-                (delegate as? any TransferSessionDownloadDelegate)?.urlSession(
-                    session,
-                    downloadTask: self,
-                    didFinishDownloadingTo: location
-                )
-                if !handsOver { unlink(path) }
-                self.report(metrics, to: delegate)
-                (delegate as? any TransferSessionTaskDelegate)?.urlSession(session, task: self, didCompleteWithError: nil)
+        session.complete(self) {
+            if let handler = self.completionHandler {
+                session.enqueueDelegateCall { delegate in
+                    self.report(metrics, to: delegate)
+                    handler(location, urlResponse.value, nil)
+                    if !handsOver { unlink(path) }
+                }
+            } else {
+                session.enqueueDelegateCall { delegate in
+                    (delegate as? any TransferSessionDownloadDelegate)?.urlSession(
+                        session,
+                        downloadTask: self,
+                        didFinishDownloadingTo: location
+                    )
+                    if !handsOver { unlink(path) }
+                    self.report(metrics, to: delegate)
+                    (delegate as? any TransferSessionTaskDelegate)?.urlSession(session, task: self, didCompleteWithError: nil)
+                }
             }
         }
-        session.taskDidComplete(self)
     }
 
     override func deliverCompletion(error: (any Error)?) {

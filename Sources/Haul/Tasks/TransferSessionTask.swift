@@ -339,13 +339,12 @@ public class TransferSessionTask: @unchecked Sendable, Hashable, CustomStringCon
         self.finish(error: nil)
     }
 
-    /// Records the final error (nil for success) and delivers the completion, then tells the
-    /// session the task is done.
+    /// Records the final error (nil for success) and delivers the completion through the
+    /// session (``TransferSession/complete(_:delivering:)``).
     func finish(error: (any Error)?) {
         self.flushPendingProgress()
         self.inner.withLock { $0.error = error }
-        self.deliverCompletion(error: error)
-        self.session.taskDidComplete(self)
+        self.session.complete(self) { self.deliverCompletion(error: error) }
     }
 
     /// Delivers the completion callback(s) for `error`. Overridden per kind.
