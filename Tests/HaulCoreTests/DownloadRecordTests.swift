@@ -232,6 +232,22 @@ struct DownloadRecordTests {
             #expect(String(decoding: index.entry(id: 1)!.record.bytes, as: UTF8.self).contains(name))
         }
         #expect(index.entry(id: 2) == nil)
+
+        // RPC ids: a put that replaces an entry (a start, an end) keeps its gid found without
+        // writing it again; one that brings another gid makes that one found too.
+        let before = index.stateCounts
+        var started = Self.info(id: 20, state: .waiting)
+        started.gid = "00000000000000a1"
+        index.put(started)
+        started.state = .active
+        index.put(started, prepared: false)
+        #expect(index.id(gid: "00000000000000a1") == 20)
+        #expect(index.stateCounts[.active] == (before[.active] ?? 0) + 1)
+        #expect(index.stateCounts[.waiting] == before[.waiting])
+        started.gid = "00000000000000b2"
+        index.put(started)
+        #expect(index.id(gid: "00000000000000b2") == 20)
+        #expect(index.id(gid: "ffffffffffffffff") == nil)
     }
 
     @Test("A record made away from the index is kept only while the entry still says what it was made from")

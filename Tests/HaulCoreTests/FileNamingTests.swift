@@ -65,6 +65,16 @@ struct FileNamingTests {
         #expect(safe.hasSuffix(".tar.gz"))
     }
 
+    @Test func pathsJoinWithOneSeparator() {
+        #expect(FileNaming.path(of: "a.bin", in: "/srv/files") == "/srv/files/a.bin")
+        #expect(FileNaming.path(of: "a.bin", in: "/srv/files/") == "/srv/files/a.bin")
+        #expect(FileNaming.path(of: "a.bin", in: "/") == "/a.bin")
+        #expect(FileNaming.path(of: "日本 é.bin", in: "rel/dir") == "rel/dir/日本 é.bin")
+        for directory in ["/srv/files", "/srv/files/", "/", "rel/dir", ""] {
+            #expect(FileNaming.path(of: "x.haul-part", in: directory) == (directory as NSString).appendingPathComponent("x.haul-part"))
+        }
+    }
+
     @Test func numberedAlternatives() {
         #expect(FileNaming.numberedAlternative(to: "a.pdf", index: 1) == "a (1).pdf")
         #expect(FileNaming.numberedAlternative(to: "b.tar.gz", index: 2) == "b (2).tar.gz")

@@ -7,6 +7,13 @@ public enum FileNaming {
     /// Longest name, in UTF-8 bytes, that common Linux file systems accept.
     public static let maximumNameBytes = 255
 
+    /// The path of `name` in `directory` (one separator between them, as
+    /// `NSString.appendingPathComponent` joins them, without bridging both strings to
+    /// `NSString` and back: a queued file's start joins its partial path).
+    public static func path(of name: String, in directory: String) -> String {
+        directory.isEmpty || directory.hasSuffix("/") ? directory + name : directory + "/" + name
+    }
+
     /// The name to save a download under.
     ///
     /// - Parameters:

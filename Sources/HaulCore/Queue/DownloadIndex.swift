@@ -57,18 +57,22 @@ public struct DownloadIndex: Sendable {
         self.revision &+= 1
         let entry = Entry(id: info.id, state: info.state, keepsPrepared: prepared, info: info, revision: self.revision)
         self.counts[entry.state, default: 0] += 1
-        if !info.gid.isEmpty { self.gids[info.gid] = info.id }
         if let last = self.entries.last, last.id >= info.id {
             let position = self.position(of: info.id)
             if position < self.entries.count, self.entries[position].id == info.id {
                 self.counts[self.entries[position].state]! -= 1
+                // A download's gid is set as it is added and never changes: a put that
+                // replaces its entry (each start, checkpoint and end) hashes no string.
+                let gidChanged = self.entries[position].info.gid != info.gid
                 self.entries[position] = entry
+                guard gidChanged else { return }
             } else {
                 self.entries.insert(entry, at: position)
             }
         } else {
             self.entries.append(entry)
         }
+        if !info.gid.isEmpty { self.gids[info.gid] = info.id }
     }
 
     public mutating func remove(id: Int64) {

@@ -42,7 +42,7 @@ public enum Aria2Status {
     public static func path(_ info: QueuedDownloadInfo) -> String {
         if info.state == .complete, let path = info.path { return path }
         guard let name = info.fileName else { return "" }
-        return info.directory.hasSuffix("/") ? info.directory + name : info.directory + "/" + name
+        return FileNaming.path(of: name, in: info.directory)
     }
 
     /// Pieces of `total` bytes, and the hex bitfield of those wholly within the first `done`

@@ -4,6 +4,12 @@ public enum TransferOwnerKind: String, Sendable, Hashable, CaseIterable, Codable
     case session
     /// A download of the download manager's queue (`haul add`, the web UI).
     case queue
+
+    /// Hashes the case, not its raw value (see ``QueuedDownloadState/hash(into:)``): every
+    /// ``TransferID`` the scheduler looks up hashes its owner.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(self == .queue)
+    }
 }
 
 /// A transfer as the scheduler names it: its owner and the owner's own id for it.

@@ -129,7 +129,7 @@ extension DownloadQueue {
         do {
             outcome = try self.claimDownload(claim) { download in
                 let name = download.fileName ?? FileNaming.suggestedFilename(contentDisposition: nil, url: download.url)
-                let partial = download.partialPath ?? (download.directory as NSString).appendingPathComponent("\(name).\(id).haul-part")
+                let partial = download.partialPath ?? FileNaming.path(of: "\(name).\(id).haul-part", in: download.directory)
                 var resumable = download.resumePoint
                 // Positioned writes leave the file at least as long as the last byte of the map;
                 // a file that is shorter (or missing: another machine's disk) cannot continue.
