@@ -257,17 +257,3 @@ public struct DownloadIndex: Sendable {
         ([info.fileName ?? ""] + info.urls.map(\.absoluteString)).joined(separator: "\n").lowercased()
     }
 }
-
-extension QueuedDownloadState {
-    /// The position among all cases, for tables indexed by state.
-    fileprivate var ordinal: Int {
-        switch self {
-        case .waiting: 0
-        case .active: 1
-        case .paused: 2
-        case .complete: 3
-        case .error: 4
-        case .removed: 5
-        }
-    }
-}

@@ -40,15 +40,18 @@ public enum QueuedDownloadState: String, Codable, Sendable, Hashable, CaseIterab
     /// enum hashes the string (~130 instructions more a lookup), and the index's counts and
     /// lists' filters look a state up for every saved change.
     public func hash(into hasher: inout Hasher) {
-        let ordinal: UInt8 =
-            switch self {
-            case .waiting: 0
-            case .active: 1
-            case .paused: 2
-            case .complete: 3
-            case .error: 4
-            case .removed: 5
-            }
-        hasher.combine(ordinal)
+        hasher.combine(self.ordinal)
+    }
+
+    /// The position among all cases, for hashing and for tables indexed by state.
+    var ordinal: Int {
+        switch self {
+        case .waiting: 0
+        case .active: 1
+        case .paused: 2
+        case .complete: 3
+        case .error: 4
+        case .removed: 5
+        }
     }
 }
