@@ -31,12 +31,12 @@ struct DownloadJob: Sendable {
     }
 
     var displayName: String { self.baseName }
-    var partialPath: String { (self.directory as NSString).appendingPathComponent(self.baseName + ".haul-part") }
-    var checkpointPath: String { (self.directory as NSString).appendingPathComponent(self.baseName + ".haul-resume") }
+    var partialPath: String { FileNaming.path(of: self.baseName + ".haul-part", in: self.directory) }
+    var checkpointPath: String { FileNaming.path(of: self.baseName + ".haul-resume", in: self.directory) }
 
     /// The destination, when a file is already there.
     var existingFinalFile: String? {
-        let path = self.explicitOutput ?? (self.directory as NSString).appendingPathComponent(self.baseName)
+        let path = self.explicitOutput ?? FileNaming.path(of: self.baseName, in: self.directory)
         return FileManager.default.fileExists(atPath: path) ? path : nil
     }
 
