@@ -84,10 +84,15 @@ class Haul:
                 return True
             return False
 
-        assert wait_until(ready), "hauld's RPC did not come up"
-        assert self.info["endpoint"].startswith("http://127.0.0.1:"), self.info
-        assert self.info["secret"] == SECRET
-        self.rpc_port = int(self.info["endpoint"].rsplit(":", 1)[1].split("/")[0])
+        try:
+            assert wait_until(ready), "hauld's RPC did not come up"
+            assert self.info["endpoint"].startswith("http://127.0.0.1:"), self.info
+            assert self.info["secret"] == SECRET
+            self.rpc_port = int(self.info["endpoint"].rsplit(":", 1)[1].split("/")[0])
+        except BaseException:
+            # Nobody else would stop what was started: the test class never got its Haul.
+            self.close()
+            raise
 
     def url(self, path):
         return "http://127.0.0.1:%d%s" % (self.port, path)
@@ -98,7 +103,11 @@ class Haul:
 
     def close(self):
         self.daemon.terminate()
-        self.daemon.wait(timeout=30)
+        try:
+            self.daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.daemon.kill()
+            self.daemon.wait()
         self.server.terminate()
         self.server.wait(timeout=10)
         self.log.close()
@@ -109,11 +118,8 @@ class Aria2pTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.haul = Haul()
+        cls.addClassCleanup(cls.haul.close)
         cls.api = aria2p.API(aria2p.Client(host="http://127.0.0.1", port=cls.haul.rpc_port, secret=SECRET))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.haul.close()
 
     def test_1_wrong_secret_is_unauthorized(self):
         wrong = aria2p.API(aria2p.Client(host="http://127.0.0.1", port=self.haul.rpc_port, secret="nope"))
@@ -224,14 +230,18 @@ class DifferentialTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
+        # Class cleanups, registered as each part starts, run also when setUpClass fails half-way.
         cls.haul = Haul()
+        cls.addClassCleanup(cls.haul.close)
         cls.aria2_dir = tempfile.mkdtemp(prefix="aria2c-")
+        cls.addClassCleanup(shutil.rmtree, cls.aria2_dir, ignore_errors=True)
         cls.aria2_port = free_port()
         cls.aria2 = subprocess.Popen(
             ["aria2c", "--enable-rpc", "--rpc-listen-port=%d" % cls.aria2_port, "--rpc-secret=" + SECRET,
              "--dir=" + cls.aria2_dir, "--no-conf", "--quiet", "--rpc-listen-all=false", "--max-tries=1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
+        cls.addClassCleanup(cls.stop_aria2)
         cls.endpoints = {"aria2c": "http://127.0.0.1:%d/jsonrpc" % cls.aria2_port, "hauld": cls.haul.info["endpoint"]}
         assert wait_until(lambda: cls.try_call(cls.endpoints["aria2c"])), "aria2c's RPC did not come up"
 
@@ -243,11 +253,13 @@ class DifferentialTest(unittest.TestCase):
             return False
 
     @classmethod
-    def tearDownClass(cls):
+    def stop_aria2(cls):
         cls.aria2.terminate()
-        cls.aria2.wait(timeout=10)
-        shutil.rmtree(cls.aria2_dir, ignore_errors=True)
-        cls.haul.close()
+        try:
+            cls.aria2.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            cls.aria2.kill()
+            cls.aria2.wait()
 
     def both(self, method, params, secret=SECRET):
         return {name: raw_call(endpoint, method, params, secret=secret) for name, endpoint in self.endpoints.items()}

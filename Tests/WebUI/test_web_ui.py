@@ -54,13 +54,19 @@ class WebUITest(unittest.TestCase):
             "HAUL_DAEMON_PATH": os.path.join(BIN, "hauld"),
             "XDG_DOWNLOAD_DIR": cls.downloads,
         })
+        # Each part started is stopped by a class cleanup registered as it starts: these run also
+        # when setUpClass fails half-way (no browser, a daemon that never answers), which
+        # tearDownClass does not, and would leave hauld and the server running.
         cls.server = subprocess.Popen([os.path.join(BIN, "haul-test-server"), "0"], stdout=subprocess.PIPE, text=True)
+        cls.addClassCleanup(cls.stop_server)
         line = cls.server.stdout.readline()
         cls.port = int(line.strip().rsplit(":", 1)[1])
         cls.log = open(os.path.join(cls.tmp, "hauld.log"), "w")
+        cls.addClassCleanup(cls.log.close)
         cls.daemon = subprocess.Popen(
             [os.path.join(BIN, "hauld"), "--web-port", "0"], env=cls.env, stdout=cls.log, stderr=cls.log
         )
+        cls.addClassCleanup(cls.stop_daemon)
         cls.address = None
         deadline = time.time() + 30
         while time.time() < deadline and cls.address is None:
@@ -79,21 +85,22 @@ class WebUITest(unittest.TestCase):
             options.add_argument(argument)
         service = Service(executable_path="/usr/bin/chromedriver") if os.path.exists("/usr/bin/chromedriver") else Service()
         cls.driver = webdriver.Chrome(service=service, options=options)
+        cls.addClassCleanup(cls.driver.quit)
         cls.wait = WebDriverWait(cls.driver, 30, poll_frequency=0.05)
 
     @classmethod
-    def tearDownClass(cls):
+    def stop_daemon(cls):
+        cls.daemon.send_signal(signal.SIGTERM)
         try:
-            cls.driver.quit()
-        finally:
-            cls.daemon.send_signal(signal.SIGTERM)
-            try:
-                cls.daemon.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                cls.daemon.kill()
-            cls.server.kill()
-            cls.server.wait()
-            cls.log.close()
+            cls.daemon.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            cls.daemon.kill()
+            cls.daemon.wait()
+
+    @classmethod
+    def stop_server(cls):
+        cls.server.kill()
+        cls.server.wait()
 
     def url(self, path):
         return "http://127.0.0.1:%d%s" % (self.port, path)
