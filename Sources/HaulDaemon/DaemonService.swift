@@ -127,12 +127,18 @@ public struct DaemonService: Service {
                     do { try await rpc.run() } catch { self.logger.error("aria2 RPC not available: \(error)") }
                 }
             }
-            // Give back the start-up's pages once serving, then whenever the daemon was quiet.
+            // Give back the start-up's pages at the first quiet second once serving (a daemon
+            // that a client starts and asks at once was left at its start-up's size for a whole
+            // interval), then whenever it was quiet for an interval.
             let trimmer = Task {
-                try await Task.sleep(for: .seconds(1))
+                var trimmed = false
                 while true {
-                    if WorkingSetTrimmer.wasQuiet(), core.counts.running == 0 { WorkingSetTrimmer.trim() }
-                    try await Task.sleep(for: Self.trimInterval)
+                    try await Task.sleep(for: trimmed ? Self.trimInterval : .seconds(1))
+                    if WorkingSetTrimmer.wasQuiet(), core.counts.running == 0 {
+                        let advised = WorkingSetTrimmer.trim()
+                        self.logger.debug("memory: idle, unused pages handed back (\(advised >> 20) MiB of read-only file mappings)")
+                        trimmed = true
+                    }
                 }
             }
             try? await gracefulShutdown()

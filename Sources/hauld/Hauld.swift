@@ -60,7 +60,7 @@ struct Hauld: AsyncParsableCommand {
     @Option(help: "Seconds a lease on a download of a shared queue lasts unless renewed; a dead daemon's downloads are taken over after it.")
     var leaseSeconds: Double = 15
 
-    @Flag(help: "Log every task start.")
+    @Flag(help: "Log at debug level: every task start, every time idle memory is handed back.")
     var verbose = false
 
     func run() async throws {

@@ -255,6 +255,27 @@ struct DaemonProcessTests {
         daemon.cleanUp()
     }
 
+    @Test("A daemon asked in its first second hands back its start-up's pages at its first quiet second, not a whole interval later")
+    func trimsAtFirstQuietSecond() async throws {
+        let daemon = try DaemonProcess()
+        // start() pings until the daemon answers: requests in its first second of serving, as
+        // when `haul add` starts hauld and asks it at once.
+        try await daemon.start(extraArguments: ["--verbose"])
+        let client = try DaemonTestClient(socketPath: daemon.socketPath)
+        #expect(try await client.request(.ping).processID == daemon.process?.processIdentifier)
+        let asked = ContinuousClock.now
+        let log = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("hauld.log").path
+        let trimmed = { ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("memory: idle, unused pages handed back") }
+        // The interval is 30 s: well before it, at the first second without a request.
+        #expect(await waitUntil(timeout: .seconds(10)) { trimmed() }, "no trim 10 s after the last request")
+        #expect(ContinuousClock.now - asked >= .milliseconds(900), "a request came in that second: it is not quiet")
+        // The daemon answers as before (what it needs again is read back on demand).
+        #expect(try await client.request(.ping).processID == daemon.process?.processIdentifier)
+        client.close()
+        _ = await daemon.terminate()
+        daemon.cleanUp()
+    }
+
     @Test("Malformed requests get errors and the daemon stays up; a session is attached once")
     func malformedInput() async throws {
         let daemon = try DaemonProcess()

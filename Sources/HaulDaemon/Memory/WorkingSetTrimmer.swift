@@ -17,9 +17,10 @@ import Glibc
 /// cache or the disk. Pages that another process maps too (a second Swift program running) are
 /// left alone by the kernel, so the figure is higher then.
 ///
-/// Called by ``DaemonService`` a second after it starts serving and then every 30 seconds when
-/// the daemon was quiet meanwhile (no transfer running, no request on the socket or the web UI:
-/// ``noteActivity()``), so a daemon in use keeps its pages; cheap when there is nothing to reclaim.
+/// Called by ``DaemonService`` at the first quiet second after it starts serving, then every 30
+/// seconds when the daemon was quiet meanwhile (quiet: no transfer running, no request on the
+/// socket or the web UI since the last call, ``noteActivity()``), so a daemon in use keeps its
+/// pages; cheap when there is nothing to reclaim.
 package enum WorkingSetTrimmer {
     private static let active = Atomic<Bool>(false)
 
