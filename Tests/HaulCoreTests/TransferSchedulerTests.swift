@@ -255,4 +255,105 @@ struct TransferSchedulerTests {
         #expect(orderOne == orderBulk)
         #expect(!orderOne.isEmpty)
     }
+
+    // MARK: - Look-ahead
+
+    @Test("With a look-ahead, as many more start as standby; only admitted ones count against the limits")
+    func lookAheadStartsStandby() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 2, maximumPerHost: 2, lookAhead: 2))
+        let started = self.started(scheduler.add((1...6).map { self.download(Int64($0)) }, now: 0))
+        #expect(started == (1...4).map { TransferID(.queue, Int64($0)) }, "the limit plus the look-ahead, in rank order")
+        #expect(scheduler.standbyTotal == 4, "none admitted yet")
+        scheduler.admitted(TransferID(.queue, 1))
+        scheduler.admitted(TransferID(.queue, 2))
+        #expect(scheduler.standbyTotal == 2)
+        #expect(!scheduler.isStandby(TransferID(.queue, 1)))
+        #expect(scheduler.isStandby(TransferID(.queue, 3)))
+        // An admission takes no slot of its own: nothing more starts until one ends.
+        #expect(scheduler.runningCount == 4)
+        let next = self.started(scheduler.ended(TransferID(.queue, 1), now: 1))
+        #expect(next == [TransferID(.queue, 5)], "an end starts the next as standby")
+        #expect(scheduler.isStandby(TransferID(.queue, 5)))
+        // An admission of a transfer that is not standby (ended, or never started) changes nothing.
+        scheduler.admitted(TransferID(.queue, 1))
+        scheduler.admitted(TransferID(.queue, 99))
+        #expect(scheduler.standbyTotal == 3)
+    }
+
+    @Test("Without a look-ahead nothing is standby, and an admission changes nothing")
+    func noLookAhead() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 2, maximumPerHost: 2))
+        #expect(self.started(scheduler.add((1...3).map { self.download(Int64($0)) }, now: 0)).count == 2)
+        #expect(scheduler.standbyTotal == 0)
+        #expect(!scheduler.isStandby(TransferID(.queue, 1)))
+        scheduler.admitted(TransferID(.queue, 1))
+        #expect(scheduler.runningCount == 2)
+    }
+
+    @Test("The look-ahead counts per host too: a full host does not hold another back")
+    func lookAheadPerHost() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 8, maximumPerHost: 1, lookAhead: 1))
+        var started = self.started(scheduler.add((1...4).map { self.download(Int64($0)) }, now: 0))
+        #expect(started.count == 2, "one per host plus one ahead")
+        started = self.started(scheduler.add(self.download(9, host: Self.hostB), now: 0))
+        #expect(started == [TransferID(.queue, 9)])
+    }
+
+    @Test("A better-ranked transfer that finds no slot makes the lowest-ranked standby of its owner yield, once")
+    func betterRankYieldsStandby() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 2, maximumPerHost: 4, lookAhead: 2))
+        _ = scheduler.add((10...13).map { self.download(Int64($0)) }, now: 0)
+        scheduler.admitted(TransferID(.queue, 10))
+        scheduler.admitted(TransferID(.queue, 11))
+        // A worse-ranked one waits, nothing yields.
+        var actions = scheduler.add(self.download(20), now: 1)
+        #expect(actions.isEmpty)
+        // An older one (moved up, or retried) takes the place of the lowest-ranked standby.
+        actions = scheduler.add(self.download(5), now: 1)
+        #expect(self.yielded(actions) == [TransferID(.queue, 13)])
+        #expect(self.started(actions).isEmpty)
+        // Decided again before the yield ended: no second victim.
+        actions = scheduler.add(self.download(21), now: 1)
+        #expect(self.yielded(actions).isEmpty)
+        // The yielded one ends (it never fetched anything) and the better one starts in its slot.
+        actions = scheduler.ended(TransferID(.queue, 13), now: 2)
+        #expect(self.started(actions) == [TransferID(.queue, 5)])
+        #expect(scheduler.isStandby(TransferID(.queue, 5)))
+        // Admitted transfers never yield to it, nor does another owner's standby.
+        var other = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 4, lookAhead: 1))
+        _ = other.add(self.task(10), now: 0)
+        _ = other.add(self.download(11), now: 0)
+        other.admitted(TransferID(.session, 10))
+        #expect(other.isStandby(TransferID(.queue, 11)))
+        actions = other.add(self.task(3), now: 1)
+        #expect(self.yielded(actions).isEmpty, "a session task does not bump a queue download")
+        actions = other.add(self.download(4), now: 1)
+        #expect(self.yielded(actions) == [TransferID(.queue, 11)])
+    }
+
+    @Test("Lowering a limit with a look-ahead: admitted ones beyond it yield, standby ones beyond the limit plus look-ahead yield")
+    func lowerLimitWithLookAhead() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 3, maximumPerHost: 8, lookAhead: 3))
+        _ = scheduler.add((1...6).map { self.download(Int64($0)) }, now: 0)
+        for n in 1...3 { scheduler.admitted(TransferID(.queue, Int64(n))) }
+        let actions = scheduler.setLimits(.init(maximumConcurrent: 1, maximumPerHost: 8, lookAhead: 1), now: 1)
+        // Admitted: 1 kept, 2 and 3 yield. Standby: one more place (4), 5 and 6 yield.
+        #expect(Set(self.yielded(actions)) == [TransferID(.queue, 2), TransferID(.queue, 3), TransferID(.queue, 5), TransferID(.queue, 6)])
+        #expect(self.started(actions).isEmpty)
+    }
+
+    @Test("A non-discretionary transfer started ahead that finds every slot held makes an admitted discretionary one yield")
+    func standbyBlockedYieldsDiscretionary() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 4, lookAhead: 1))
+        _ = scheduler.add(self.task(1, discretionary: true), now: 0)
+        scheduler.admitted(TransferID(.session, 1))
+        let actions = scheduler.add(self.task(2), now: 1)
+        #expect(self.started(actions) == [TransferID(.session, 2)], "it starts ahead, as standby")
+        #expect(self.yielded(actions) == [TransferID(.session, 1)], "and the discretionary one gives up its slot")
+        // One that would be admitted at once (a slot is free) makes nothing yield.
+        var roomy = TransferScheduler(limits: .init(maximumConcurrent: 2, maximumPerHost: 4, lookAhead: 2))
+        _ = roomy.add(self.task(1, discretionary: true), now: 0)
+        roomy.admitted(TransferID(.session, 1))
+        #expect(self.yielded(roomy.add(self.task(2), now: 1)).isEmpty)
+    }
 }

@@ -41,18 +41,36 @@ public struct TransferID: Sendable, Hashable, CustomStringConvertible {
 ///   cannot starve the queue, nor the reverse), then the oldest;
 /// - a transfer with a `notBefore` (a retry delay) is not a candidate before that time, and the
 ///   scheduler asks to be woken then;
-/// - a ready non-discretionary transfer that finds no slot makes a running discretionary one
+/// - a non-discretionary transfer that finds no slot makes a running discretionary one
 ///   yield (stop, keeping its bytes, and wait again);
 /// - when a limit goes down, the lowest-ranked running transfers beyond it yield at once.
+///
+/// With a look-ahead (``Limits/lookAhead``), up to that many more transfers start, over all
+/// hosts and per host, as *standby*: their owners run them up to the point of asking for a
+/// slot (``admitted(_:)`` says they have one), so that a slot that frees is taken where it
+/// frees, without waiting for the next decision. Then:
+/// - only admitted transfers count against the limits as running; a standby one is waiting as
+///   far as anyone is shown;
+/// - a ready transfer that finds no slot makes the lowest-ranked standby transfer of its owner
+///   ranked below it yield (its owner stops it before it fetched anything), so that starting
+///   ahead never lets a lower-ranked transfer go first by more than the slot being handed over.
 public struct TransferScheduler: Sendable {
     public struct Limits: Sendable, Hashable {
         public var maximumConcurrent: Int
         public var maximumPerHost: Int
+        /// Transfers started ahead of a free slot, in all and per host (0: none).
+        public var lookAhead: Int
 
-        public init(maximumConcurrent: Int, maximumPerHost: Int) {
+        public init(maximumConcurrent: Int, maximumPerHost: Int, lookAhead: Int = 0) {
             self.maximumConcurrent = max(1, maximumConcurrent)
             self.maximumPerHost = max(1, maximumPerHost)
+            self.lookAhead = max(0, lookAhead)
         }
+
+        /// Transfers that may hold a slot of the scheduler: admitted and standby.
+        var startedAtMost: Int { self.maximumConcurrent + self.lookAhead }
+        /// The same per host.
+        var startedPerHostAtMost: Int { self.maximumPerHost + self.lookAhead }
     }
 
     /// What the scheduler needs to know of one transfer.
@@ -104,6 +122,8 @@ public struct TransferScheduler: Sendable {
     private struct Running {
         var entry: Entry
         var isYielding = false
+        /// Started ahead and not admitted yet (``Limits/lookAhead``).
+        var isStandby = false
     }
 
     private enum Location: Hashable {
@@ -123,6 +143,8 @@ public struct TransferScheduler: Sendable {
     /// How many of `running` are discretionary: with none, nothing can yield to a blocked
     /// transfer, and a decision skips looking (it is made at every start and end).
     private var runningDiscretionary = 0
+    /// How many of `running` are standby: with none, nothing is started ahead to yield.
+    private var standbyCount = 0
     private var requestedWakeUp: Double?
     private var isShutDown = false
 
@@ -140,6 +162,10 @@ public struct TransferScheduler: Sendable {
     public func isWaiting(_ id: TransferID) -> Bool { self.location[id] != nil }
     public func runningCount(host: String) -> Int { self.runningPerHost[host] ?? 0 }
     public var runningIDs: [TransferID] { Array(self.running.keys) }
+    /// Whether `id` was started ahead and is not admitted yet.
+    public func isStandby(_ id: TransferID) -> Bool { self.running[id]?.isStandby ?? false }
+    /// Started transfers not admitted yet.
+    public var standbyTotal: Int { self.standbyCount }
     /// The entry a running transfer was started from (its host, priority …).
     public func runningEntry(_ id: TransferID) -> Entry? { self.running[id]?.entry }
 
@@ -229,7 +255,17 @@ public struct TransferScheduler: Sendable {
         if self.runningPerHost[finished.entry.host] == 0 { self.runningPerHost[finished.entry.host] = nil }
         self.runningPerOwner[id.owner, default: 1] -= 1
         if finished.entry.isDiscretionary { self.runningDiscretionary -= 1 }
+        if finished.isStandby { self.standbyCount -= 1 }
         return self.decide(now: now)
+    }
+
+    /// The standby transfer `id` has its slot now (its owner's run got past the admission):
+    /// it counts as running against the limits. Nothing to do, so no actions; an id that is not
+    /// standby (ended meanwhile, or never started ahead) is ignored.
+    public mutating func admitted(_ id: TransferID) {
+        guard self.running[id]?.isStandby == true else { return }
+        self.running[id]!.isStandby = false
+        self.standbyCount -= 1
     }
 
     /// New limits: raising one starts what now fits, lowering one yields what no longer does.
@@ -261,16 +297,19 @@ public struct TransferScheduler: Sendable {
             self.insertReady(first)
         }
         guard !self.isShutDown else { return actions }
-        while self.running.count < self.limits.maximumConcurrent, let key = self.bestCandidate() {
+        let standby = self.limits.lookAhead > 0
+        while self.running.count < self.limits.startedAtMost, let key = self.bestCandidate() {
             let entry = self.ready[key]!.removeLast()
             if self.ready[key]!.isEmpty { self.ready[key] = nil }
             self.location[entry.id] = nil
-            self.running[entry.id] = Running(entry: entry)
+            self.running[entry.id] = Running(entry: entry, isStandby: standby)
+            if standby { self.standbyCount += 1 }
             self.runningPerHost[entry.host, default: 0] += 1
             self.runningPerOwner[entry.id.owner, default: 0] += 1
             if entry.isDiscretionary { self.runningDiscretionary += 1 }
             actions.append(.start(entry.id))
         }
+        actions += self.yieldStandbyForBlocked()
         actions += self.yieldDiscretionaryForBlocked()
         if let next = self.delayed.first?.notBefore, next != self.requestedWakeUp {
             self.requestedWakeUp = next
@@ -282,7 +321,7 @@ public struct TransferScheduler: Sendable {
     /// The queue whose head should start next, among hosts with a free slot.
     private func bestCandidate() -> QueueKey? {
         var best: (key: QueueKey, entry: Entry)?
-        for (key, entries) in self.ready where (self.runningPerHost[key.host] ?? 0) < self.limits.maximumPerHost {
+        for (key, entries) in self.ready where (self.runningPerHost[key.host] ?? 0) < self.limits.startedPerHostAtMost {
             guard let head = entries.last else { continue }
             if let current = best, !self.startsBefore(head, current.entry) { continue }
             best = (key, head)
@@ -302,34 +341,37 @@ public struct TransferScheduler: Sendable {
         return a.id.owner.rawValue < b.id.owner.rawValue
     }
 
-    /// Order within one queue (one owner, one host): worse first, so the best is last.
-    private static func isWorse(_ a: Entry, than b: Entry) -> Bool {
+    /// Whether `a` ranks below `b` by what they are (discretion, priority, order, id), not by
+    /// who runs what now: the order within one queue (one owner, one host), worse first, so the
+    /// best is last; and the order in which transfers started ahead are admitted.
+    public static func isWorse(_ a: Entry, than b: Entry) -> Bool {
         if a.isDiscretionary != b.isDiscretionary { return a.isDiscretionary }
         if a.priority != b.priority { return a.priority < b.priority }
         if a.order != b.order { return a.order > b.order }
         return a.id.number > b.id.number
     }
 
-    /// Ready non-discretionary heads that found no slot take one from a running discretionary
-    /// transfer each (on their host when the host is what blocks them).
-    private mutating func yieldDiscretionaryForBlocked() -> [Action] {
-        guard self.runningDiscretionary > 0 else { return [] }
-        var blocked: [Entry] = []
-        for entries in self.ready.values {
-            guard let head = entries.last, !head.isDiscretionary else { continue }
-            blocked.append(head)
-        }
+    /// Ready heads that found no slot take one from a standby transfer of their owner ranked
+    /// below them each (the lowest-ranked; on their host when the host is what blocks them).
+    /// A standby transfer yielding already serves one head.
+    private mutating func yieldStandbyForBlocked() -> [Action] {
+        guard self.standbyCount > 0 else { return [] }
+        var blocked = self.ready.values.compactMap(\.last)
         guard !blocked.isEmpty else { return [] }
-        var alreadyYielding = self.running.values.filter { $0.isYielding && $0.entry.isDiscretionary }.count
+        blocked.sort { Self.isWorse($1, than: $0) }  // best first
+        var alreadyYielding = self.running.values.filter { $0.isYielding && $0.isStandby }.count
         var actions: [Action] = []
         for head in blocked {
             if alreadyYielding > 0 {
                 alreadyYielding -= 1
                 continue
             }
-            let hostFull = (self.runningPerHost[head.host] ?? 0) >= self.limits.maximumPerHost
+            let hostFull = (self.runningPerHost[head.host] ?? 0) >= self.limits.startedPerHostAtMost
             let victim = self.running.values
-                .filter { $0.entry.isDiscretionary && !$0.isYielding && (!hostFull || $0.entry.host == head.host) }
+                .filter {
+                    $0.isStandby && !$0.isYielding && $0.entry.id.owner == head.id.owner
+                        && (!hostFull || $0.entry.host == head.host) && Self.isWorse($0.entry, than: head)
+                }
                 .map(\.entry)
                 .min { Self.isWorse($0, than: $1) }
             guard let victim else { continue }
@@ -339,15 +381,74 @@ public struct TransferScheduler: Sendable {
         return actions
     }
 
-    /// After a limit went down: the lowest-ranked running transfers beyond it yield.
+    /// Non-discretionary transfers that found no slot take one from a running discretionary
+    /// transfer each (on their host when the host is what blocks them): ready heads, and
+    /// transfers started ahead that wait for a slot (standby). The one that yields holds a slot
+    /// (it is admitted).
+    private mutating func yieldDiscretionaryForBlocked() -> [Action] {
+        guard self.runningDiscretionary > 0 else { return [] }
+        var blocked: [Entry] = []
+        for entries in self.ready.values {
+            guard let head = entries.last, !head.isDiscretionary else { continue }
+            blocked.append(head)
+        }
+        var admittedPerHost: [String: Int] = [:]
+        if self.standbyCount > 0 {
+            for running in self.running.values where !running.isStandby { admittedPerHost[running.entry.host, default: 0] += 1 }
+            // A standby one is blocked when the slots it needs are all held (as far as the
+            // scheduler heard: one about to be admitted is not).
+            let admittedTotal = self.running.count - self.standbyCount
+            blocked += self.running.values
+                .filter {
+                    $0.isStandby && !$0.isYielding && !$0.entry.isDiscretionary
+                        && (admittedTotal >= self.limits.maximumConcurrent || admittedPerHost[$0.entry.host, default: 0] >= self.limits.maximumPerHost)
+                }
+                .map(\.entry)
+        }
+        guard !blocked.isEmpty else { return [] }
+        // A standby transfer yielding serves a head too (``yieldStandbyForBlocked()``).
+        var alreadyYielding = self.running.values.filter { $0.isYielding && ($0.entry.isDiscretionary || $0.isStandby) }.count
+        var actions: [Action] = []
+        for head in blocked {
+            if alreadyYielding > 0 {
+                alreadyYielding -= 1
+                continue
+            }
+            let hostFull = self.standbyCount > 0
+                ? admittedPerHost[head.host, default: 0] >= self.limits.maximumPerHost
+                : (self.runningPerHost[head.host] ?? 0) >= self.limits.maximumPerHost
+            let victim = self.running.values
+                .filter { $0.entry.isDiscretionary && !$0.isYielding && !$0.isStandby && (!hostFull || $0.entry.host == head.host) }
+                .map(\.entry)
+                .min { Self.isWorse($0, than: $1) }
+            guard let victim else { continue }
+            self.running[victim.id]!.isYielding = true
+            actions.append(.yield(victim.id))
+        }
+        return actions
+    }
+
+    /// After a limit went down: the lowest-ranked running transfers beyond it yield; admitted
+    /// ones against the limits, then standby ones against the limits and the look-ahead.
     private mutating func yieldBeyondLimits() -> [Action] {
-        let ordered = self.running.values.filter { !$0.isYielding }.map(\.entry)
-            .sorted { Self.isWorse($1, than: $0) }  // best first
+        let ordered = self.running.values.filter { !$0.isYielding }
+            .sorted { Self.isWorse($1.entry, than: $0.entry) }  // best first
         var kept = 0
         var perHost: [String: Int] = [:]
         var actions: [Action] = []
-        for entry in ordered {
+        for running in ordered where !running.isStandby {
+            let entry = running.entry
             if kept < self.limits.maximumConcurrent, perHost[entry.host, default: 0] < self.limits.maximumPerHost {
+                kept += 1
+                perHost[entry.host, default: 0] += 1
+            } else {
+                self.running[entry.id]!.isYielding = true
+                actions.append(.yield(entry.id))
+            }
+        }
+        for running in ordered where running.isStandby {
+            let entry = running.entry
+            if kept < self.limits.startedAtMost, perHost[entry.host, default: 0] < self.limits.startedPerHostAtMost {
                 kept += 1
                 perHost[entry.host, default: 0] += 1
             } else {

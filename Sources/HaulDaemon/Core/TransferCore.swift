@@ -41,11 +41,17 @@ public final class TransferCore: Sendable {
         public var maximumPerHost: Int
         /// Bytes per second over all transfers; 0 is unlimited.
         public var globalSpeedLimit: Int64
+        /// Transfers started ahead of a free slot, in all and per host
+        /// (``TransferScheduler/Limits/lookAhead``): each waits in its run for a slot
+        /// (``RunGate``) and takes it on the loop where it frees. 0: none. Only for owners
+        /// whose starts ahead are private: a fleet's claims are visible to every daemon.
+        public var lookAhead: Int = 0
 
-        public init(maximumConcurrent: Int, maximumPerHost: Int, globalSpeedLimit: Int64) {
+        public init(maximumConcurrent: Int, maximumPerHost: Int, globalSpeedLimit: Int64, lookAhead: Int = 0) {
             self.maximumConcurrent = maximumConcurrent
             self.maximumPerHost = maximumPerHost
             self.globalSpeedLimit = globalSpeedLimit
+            self.lookAhead = lookAhead
         }
 
         public init(_ settings: QueueSettings) {
@@ -57,7 +63,11 @@ public final class TransferCore: Sendable {
         }
 
         var scheduler: TransferScheduler.Limits {
-            .init(maximumConcurrent: self.maximumConcurrent, maximumPerHost: self.maximumPerHost)
+            .init(maximumConcurrent: self.maximumConcurrent, maximumPerHost: self.maximumPerHost, lookAhead: self.lookAhead)
+        }
+
+        var gate: RunGate.Limits {
+            .init(maximumConcurrent: self.scheduler.maximumConcurrent, maximumPerHost: self.scheduler.maximumPerHost)
         }
     }
 
@@ -76,6 +86,8 @@ public final class TransferCore: Sendable {
     let engine: TransferEngine
     /// The global speed limit: every transfer of every owner passes it.
     let globalLimiter: BandwidthLimiter
+    /// The slots the transfers started ahead wait for (with a look-ahead).
+    let gate: RunGate
     let configuration: Configuration
     let logger: Logger
     private let state: Mutex<State>
@@ -104,6 +116,7 @@ public final class TransferCore: Sendable {
         engineConfiguration.offloadsSlowFileCreation = true
         self.engine = TransferEngine(configuration: engineConfiguration)
         self.globalLimiter = BandwidthLimiter(bytesPerSecond: limits.globalSpeedLimit)
+        self.gate = RunGate(limits: limits.gate)
         self.state = Mutex(State(scheduler: TransferScheduler(limits: limits.scheduler)))
     }
 
@@ -185,7 +198,21 @@ public final class TransferCore: Sendable {
     func setLimits(_ limits: Limits) {
         self.engine.limiter.limit = limits.maximumPerHost
         self.globalLimiter.setRate(bytesPerSecond: limits.globalSpeedLimit)
+        self.gate.setLimits(limits.gate)
         self.decide { $0.setLimits(limits.scheduler, now: $1) }
+    }
+
+    /// What the run of transfer `id`, just started, waits for before its first request: a
+    /// place at the gate when the scheduler started it ahead (standby), else `nil` (it holds a
+    /// slot already). Once admitted, the scheduler counts it as running and `admitted` is
+    /// called, on the run's loop: at most once, never for a run stopped while it waited.
+    func admission(for id: TransferID, admitted: @escaping @Sendable () -> Void) -> (any RunAdmission)? {
+        guard let entry = self.state.withLock({ $0.scheduler.isStandby(id) ? $0.scheduler.runningEntry(id) : nil }) else { return nil }
+        return RunGate.Ticket(gate: self.gate, entry: entry) {
+            // Bookkeeping only (no action follows from it): no decision, no hop.
+            self.state.withLock { $0.scheduler.admitted(id) }
+            admitted()
+        }
     }
 
     /// Counts for diagnostics and tests.

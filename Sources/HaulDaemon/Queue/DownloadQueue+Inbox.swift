@@ -17,11 +17,13 @@ extension DownloadQueue {
         case start(TransferScheduler.Entry)
         /// Its run ended with this outcome.
         case ended(Int64, TransferOutcome)
+        /// Its run, started ahead of a free slot, has one now: it is active from now on.
+        case admitted(Int64)
 
         var downloadID: Int64 {
             switch self {
             case .start(let entry): entry.id.number
-            case .ended(let id, _): id
+            case .ended(let id, _), .admitted(let id): id
             }
         }
     }
@@ -78,6 +80,7 @@ extension DownloadQueue {
         var starts: [WorkEvent] = []
         var ends: [WorkEvent] = []
         var freed: [TransferID] = []
+        var admitted: [Int64] = []
         for event in events {
             switch event {
             case .start:
@@ -85,8 +88,13 @@ extension DownloadQueue {
             case .ended(let id, let outcome):
                 ends.append(event)
                 if self.freesSlotBeforeRecording(id, outcome) { freed.append(TransferID(.queue, id)) }
+            case .admitted(let id):
+                admitted.append(id)
             }
         }
+        // Only admissions: nothing to free, start or record (each admitted run's end comes with
+        // a drain of its own, which records what waits).
+        guard !starts.isEmpty || !ends.isEmpty else { return self.admitted(admitted) }
         // When the end is recorded, its slot is given back again: the scheduler ignores a
         // transfer it no longer runs.
         if !freed.isEmpty { starts += self.core.endedAndReady(freed, [], startingFor: .queue).map { .start($0) } }
@@ -101,11 +109,33 @@ extension DownloadQueue {
         let (recordNow, listened) = self.state.withLock { state -> (Bool, Bool) in
             state.unrecordedEnds += ends
             let listened = !state.subscribers.isEmpty
-            return (state.inbox.isEmpty || listened || state.unrecordedEnds.count >= Self.unrecordedEndsLimit, listened)
+            // Admissions in the inbox are not events on their way: their ends come later.
+            let quiet = state.inbox.allSatisfy { if case .admitted = $0 { true } else { false } }
+            return (quiet || listened || state.unrecordedEnds.count >= Self.unrecordedEndsLimit, listened)
         }
         // Subscribers hear of every waiting end before the starts that took their slots.
         if recordNow { self.recordEnds(all: listened) }
         for change in held { self.publish(change) }
+        // A run admitted took the slot of an end above (its end was posted first).
+        self.admitted(admitted)
+    }
+
+    /// Runs started ahead of a free slot have one now: listed and counted as active from now
+    /// on. One whose run is over already (its end handled) is left as its end made it.
+    private func admitted(_ ids: [Int64]) {
+        guard !ids.isEmpty else { return }
+        let changed = self.state.withLock { state -> [QueuedDownloadInfo] in
+            var changed: [QueuedDownloadInfo] = []
+            for id in ids {
+                guard state.running[id]?.isAdmitted == false else { continue }
+                state.running[id]!.isAdmitted = true
+                let running = state.running[id]!
+                state.saved(running.stored)
+                changed.append(Self.overlay(running.stored.info, live: running))
+            }
+            return changed
+        }
+        for info in changed { self.publish(.changed(info)) }
     }
 
     /// How many ends a busy queue lets wait for one commit.
@@ -221,6 +251,9 @@ extension DownloadQueue {
             }
         case .ended(let id, let outcome):
             self.transferEnded(id, outcome: outcome)
+        case .admitted(let id):
+            // A fleet's core starts nothing ahead; were it to, the download is active now.
+            self.admitted([id])
         }
     }
 

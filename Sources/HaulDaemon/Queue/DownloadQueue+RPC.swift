@@ -19,7 +19,7 @@ extension DownloadQueue {
         self.state.withLock { state in
             guard let entry = state.index.entry(id: id) else { return nil }
             guard let running = state.running[id] else { return entry.info }
-            return Self.overlay(running.stored.info, live: running.transfer)
+            return Self.overlay(running.stored.info, live: running)
         }
     }
 
@@ -28,7 +28,7 @@ extension DownloadQueue {
         self.state.withLock { state in
             state.index.entries.lazy.filter { states.contains($0.state) }.map { entry in
                 guard let running = state.running[entry.id] else { return entry.info }
-                return Self.overlay(running.stored.info, live: running.transfer)
+                return Self.overlay(running.stored.info, live: running)
             }
         }
     }

@@ -179,6 +179,9 @@ extension DownloadQueue.State {
     mutating func saved(_ row: StoredDownload, as info: QueuedDownloadInfo) {
         self.waitingRows.saved(row)
         guard let id = row.id, self.running[id] != nil else { return self.index.put(info) }
+        var info = info
+        // A run started ahead waits for a slot: listed (and counted) as waiting until it has one.
+        if !self.running[id]!.isAdmitted, info.state == .active { info.state = .waiting }
         self.index.put(info, prepared: false)
         self.running[id]!.stored = row
     }

@@ -203,6 +203,9 @@ extension DownloadQueue {
         // checksum with mirror bytes before).
         let distrusted = self.state.withLock { $0.mirrorsDistrusted.contains(id) }
         let mirrors = distrusted ? [] : download.urls.filter { $0 != download.url }
+        // Started ahead of a free slot (the core's look-ahead): it waits in its run for one and
+        // is listed as waiting until it has it.
+        let admission = self.core.admission(for: entry.id) { self.post([.admitted(id)]) }
         let run = TransferRun(
             engine: self.core.engine,
             request: TransferRequest(url: download.url, method: "GET", headers: Self.headers(download.requestHeaders)),
@@ -216,19 +219,21 @@ extension DownloadQueue {
             // stops with bytes to keep; a small one is linked straight into place when done
             // (no directory lock to create it, no rename, its body written on the loop).
             opensUnnamedFile: true,
+            admission: admission,
             observer: transfer
         )
         let info = download.info
         self.state.withLock {
             $0.running[id] = Running(
                 transfer: transfer, run: run, stored: download, lease: lease,
-                leaseValidUntil: sentAt + self.configuration.leaseSeconds
+                leaseValidUntil: sentAt + self.configuration.leaseSeconds,
+                isAdmitted: admission == nil
             )
             // Listed from now on with its live numbers: its entry needs no record.
             $0.saved(download, as: info)
         }
         self.logger.debug("download \(id) starts at offset \(point?.offset ?? 0) from \(download.url.absoluteString) (lease \(lease))")
-        self.publish(.changed(Self.overlay(info, live: transfer)))
+        self.publish(.changed(Self.overlay(info, live: transfer, standby: admission != nil)))
         self.launchWhenSaved(id, run)
         return .started
     }

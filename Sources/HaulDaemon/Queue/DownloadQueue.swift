@@ -77,6 +77,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
         /// Until when (monotonic seconds) the lease surely holds: measured from the moment the
         /// last claim or renewal that succeeded was sent.
         var leaseValidUntil: Double
+        /// Whether it has a slot: `false` while a run the core started ahead waits for one
+        /// (``TransferCore/admission(for:admitted:)``); it is listed as waiting until then.
+        var isAdmitted = true
     }
 
     struct State {
@@ -161,6 +164,13 @@ public final class DownloadQueue: TransferOwner, Sendable {
     func limits(for settings: QueueSettings) -> TransferCore.Limits {
         var limits = TransferCore.Limits(settings)
         if let maximum = self.configuration.maximumConcurrentOverride { limits.maximumConcurrent = maximum }
+        // As many runs again wait for a slot, each taking one on the engine's loop the moment
+        // a run ends there: a queue of small files no longer waits, at every end, for this
+        // queue's thread to hear of it and start the next (1,000 × 16 KiB on tmpfs, 31
+        // alternating rounds: 0.1005 → 0.0917 s, CPU 100.7 → 98.3 µs a file).
+        // Not in a fleet: a download started ahead is claimed, and a claim is the fleet's
+        // to see; starting early there would hold downloads other daemons could run.
+        limits.lookAhead = self.store.isShared ? 0 : min(16, limits.maximumConcurrent)
         if limits.globalSpeedLimit > 0 {
             let daemons = max(1, self.state.withLock { $0.fleet.count })
             limits.globalSpeedLimit = max(1, limits.globalSpeedLimit / Int64(daemons))
@@ -296,7 +306,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var made: [(position: Int, revision: DownloadIndex.Revision)] = []
         for entry in page.entries {
             if let live = page.running[entry.id] {
-                records.append(DownloadRecord(Self.overlay(live.stored.info, live: live.transfer)))
+                records.append(DownloadRecord(Self.overlay(live.stored.info, live: live)))
                 continue
             }
             records.append(Self.record(from: entry.recordSource, at: records.count, made: &made))
@@ -365,17 +375,19 @@ public final class DownloadQueue: TransferOwner, Sendable {
     public var settings: QueueSettings { self.state.withLock { $0.settings } }
 
     func info(for download: StoredDownload) -> QueuedDownloadInfo {
-        self.info(for: download, live: self.state.withLock { $0.running[download.id!]?.transfer })
+        guard let running = self.state.withLock({ $0.running[download.id!] }) else { return download.info }
+        return Self.overlay(download.info, live: running)
     }
 
-    private func info(for download: StoredDownload, live transfer: TrackedTransfer?) -> QueuedDownloadInfo {
-        guard let transfer else { return download.info }
-        return Self.overlay(download.info, live: transfer)
+    /// `info` with the live numbers of its running transfer; a run started ahead that has no
+    /// slot yet is shown waiting.
+    static func overlay(_ info: QueuedDownloadInfo, live running: Running) -> QueuedDownloadInfo {
+        Self.overlay(info, live: running.transfer, standby: !running.isAdmitted)
     }
 
-    /// `info` with the live numbers of its running transfer.
-    static func overlay(_ info: QueuedDownloadInfo, live transfer: TrackedTransfer) -> QueuedDownloadInfo {
+    static func overlay(_ info: QueuedDownloadInfo, live transfer: TrackedTransfer, standby: Bool) -> QueuedDownloadInfo {
         var info = info
+        if standby, info.state == .active { info.state = .waiting }
         info.bytesDone = transfer.bytesDone
         info.totalBytes = transfer.totalBytes ?? info.totalBytes
         if info.fileName == nil { info.fileName = transfer.suggestedName }

@@ -451,6 +451,9 @@ public final class TransferDaemon: TransferOwner, Sendable {
             resourceTimeout: .milliseconds(Int64(max(0, remaining) * 1000)),
             bandwidthLimiters: [self.core.globalLimiter],
             maximumConnections: task.connections,
+            // A task started ahead is running to its session (URLSession shows no wait for a
+            // connection either); only the core hears when it has a slot.
+            admission: self.core.admission(for: TransferID(.session, task.id!)) {},
             observer: transfer
         )
         self.state.withLock { $0.active[task.id!] = Active(transfer: transfer, run: run, task: task) }

@@ -90,6 +90,9 @@ package final class TransferRun: Sendable {
     /// is handed to the owner to link under its final name (``takeUnnamedFile()``). A small
     /// complete body (at most 64 KiB) is then written on the event loop itself: no thread hop.
     let opensUnnamedFile: Bool
+    /// The slot the run waits for before its first request, if it was started ahead of one
+    /// (hauld's look-ahead); `nil`: it starts at once.
+    let admission: (any RunAdmission)?
     /// Whether a fresh body goes into an unnamed file: asked for, and no earlier partial file
     /// to continue (a resumed download keeps writing its named one).
     var createsUnnamedFile: Bool {
@@ -110,9 +113,11 @@ package final class TransferRun: Sendable {
         mirrors: [URL] = [],
         mirrorPolicy: MirrorRules.Policy = .sameValidators,
         opensUnnamedFile: Bool = false,
+        admission: (any RunAdmission)? = nil,
         observer: any TransferRunObserver
     ) {
         self.opensUnnamedFile = opensUnnamedFile
+        self.admission = admission
         self.bandwidthLimiters = bandwidthLimiters
         self.maximumConnections = maximumConnections
         self.mirrors = mirrors
@@ -186,6 +191,20 @@ package final class TransferRun: Sendable {
     // MARK: - The run loop
 
     private func run() async -> TransferOutcome {
+        guard let admission = self.admission else { return await self.runAdmitted() }
+        do {
+            try await admission.enter()
+        } catch {
+            // Stopped while it waited: nothing fetched, nothing to keep.
+            return self.stoppedOutcome() ?? self.failure(URLError(.cancelled))
+        }
+        // The slot goes back as the run ends, before its completion: on this loop, to the
+        // next run waiting for one.
+        defer { admission.leave() }
+        return await self.runAdmitted()
+    }
+
+    private func runAdmitted() async -> TransferOutcome {
         var request = self.initialRequest
         var visited = [request.url]
         var challenges = 0

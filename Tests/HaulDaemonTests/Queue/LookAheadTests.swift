@@ -1,0 +1,83 @@
+import Foundation
+import HaulCore
+@testable import HaulDaemon
+import HaulTestSupport
+import Testing
+
+/// The queue's look-ahead: downloads started ahead of a free slot wait for one in their runs,
+/// listed as waiting, and take it where it frees (``TransferCore/Limits/lookAhead``).
+@Suite("Download queue: downloads started ahead", .serialized)
+struct LookAheadTests {
+    @Test("Started ahead, a download is listed as waiting and fetches nothing until a slot frees; the limit holds")
+    func standbyIsWaiting() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        _ = try await harness.queue.set("max-concurrent", to: "2")
+        var ids: [Int64] = []
+        for index in 0..<6 {
+            ids.append(try await harness.queue.add(
+                urls: [server.url("/file/la\(index)?size=300000&seed=\(index)&rate=600000")],
+                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 0
+            ).id)
+        }
+        // Two run, two more are started ahead (the look-ahead is the limit) and wait for a slot in
+        // their runs, two wait in the queue. (Each step reaches the loop, then the queue's
+        // thread: wait for the picture to settle.)
+        let deadline = ContinuousClock.now + .seconds(5)
+        var listed: [QueuedDownloadInfo] = []
+        while ContinuousClock.now < deadline {
+            listed = try await harness.queue.list()
+            let settled = harness.core.gate.counts == (admitted: 2, waiting: 2) && listed.filter { $0.state == .active }.count == 2
+            if settled, server.requests.filter({ $0.uri.hasPrefix("/file/la") }).count == 2 { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(harness.core.counts.running == 4)
+        #expect(harness.core.gate.counts == (admitted: 2, waiting: 2))
+        #expect(listed.filter { $0.state == .active }.map(\.id) == Array(ids[0..<2]), "\(listed.map { ($0.id, $0.state) })")
+        #expect(listed.filter { $0.state == .waiting }.map(\.id) == Array(ids[2...]))
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(server.requests.filter { $0.uri.hasPrefix("/file/la") }.count == 2, "the ones started ahead sent nothing")
+        for id in ids { _ = try await harness.wait(for: id, .complete) }
+        #expect(harness.peakActive.withLock { $0 } == 2, "never more than two listed active")
+        // They were fetched in the queue's order, two by two as the two slots freed (the two of
+        // a pair start together, so either may reach the server first).
+        let order = server.requests.compactMap { request -> Int? in
+            guard request.uri.hasPrefix("/file/la") else { return nil }
+            return Int(request.uri.dropFirst("/file/la".count).prefix { $0.isNumber })
+        }
+        #expect(order.map { $0 / 2 } == [0, 0, 1, 1, 2, 2], "\(order)")
+        for (index, id) in ids.enumerated() {
+            let info = try await harness.queue.download(id: id)
+            #expect(try TestContent.sha256Hex(ofFileAt: info.path!) == TestContent.sha256Hex(size: 300_000, seed: UInt64(index)))
+        }
+        #expect(harness.core.gate.counts == (admitted: 0, waiting: 0))
+        await harness.close()
+        try await server.shutdown()
+    }
+
+    @Test("A download ranked higher than one started ahead goes first: the one ahead yields, having fetched nothing")
+    func higherRankOvertakesStandby() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        _ = try await harness.queue.set("max-concurrent", to: "1")
+        func add(_ name: String, priority: Int) async throws -> Int64 {
+            try await harness.queue.add(
+                urls: [server.url("/file/\(name)?size=200000&seed=7&rate=800000")],
+                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: priority
+            ).id
+        }
+        let first = try await add("first", priority: 0)
+        _ = try await harness.wait(for: first, .active)
+        let ahead = try await add("ahead", priority: 0)
+        let deadline = ContinuousClock.now + .seconds(5)
+        while harness.core.gate.counts.waiting < 1, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(harness.core.gate.counts.waiting == 1, "the second is started ahead")
+        let urgent = try await add("urgent", priority: 10)
+        for id in [first, ahead, urgent] { _ = try await harness.wait(for: id, .complete) }
+        let order = server.requests.map(\.uri).filter { $0.hasPrefix("/file/") }.map { String($0.dropFirst("/file/".count).prefix { $0 != "?" }) }
+        #expect(order == ["first", "urgent", "ahead"])
+        #expect(harness.peakActive.withLock { $0 } == 1)
+        await harness.close()
+        try await server.shutdown()
+    }
+}
