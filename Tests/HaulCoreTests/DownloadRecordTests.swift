@@ -250,6 +250,29 @@ struct DownloadRecordTests {
         #expect(index.id(gid: "ffffffffffffffff") == nil)
     }
 
+    @Test("A state change alone moves the entry between states and counts, and its record is made anew")
+    func stateChangeAlone() throws {
+        var index = DownloadIndex()
+        for id in [1, 2, 3] as [Int64] { index.put(Self.info(id: id, name: "file\(id).bin", state: .waiting)) }
+        guard case .info(let info, let revision)? = index.recordSource(id: 2) else { Issue.record("no info for 2"); return }
+        let kept = index.keep(DownloadRecord(info), madeFrom: revision)
+        #expect(kept)
+        index.setState(.active, id: 2)
+        #expect(index.stateCounts == [.waiting: 2, .active: 1])
+        #expect(index.entry(id: 2)?.state == .active)
+        #expect(index.entry(id: 2)?.info.state == .active)
+        #expect(index.ids(in: [.active]) == [2])
+        let waiting = index.page(QueuePage(states: [.waiting]))
+        #expect(waiting.entries.map(\.id) == [1, 3])
+        let record = try #require(index.entry(id: 2)?.record)
+        #expect(record == DownloadRecord(Self.info(id: 2, name: "file2.bin", state: .active)), "the kept record said waiting")
+        // A record made before the change is not kept after it.
+        let keptStale = index.keep(DownloadRecord(info), madeFrom: revision)
+        #expect(!keptStale)
+        index.setState(.active, id: 9)
+        #expect(index.count == 3, "an unknown id is ignored")
+    }
+
     @Test("A record made away from the index is kept only while the entry still says what it was made from")
     func recordsMadeOutside() throws {
         var index = DownloadIndex()

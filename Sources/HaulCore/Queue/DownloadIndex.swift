@@ -75,6 +75,21 @@ public struct DownloadIndex: Sendable {
         if !info.gid.isEmpty { self.gids[info.gid] = info.id }
     }
 
+    /// Download `id` is in `state` now and nothing else of it changed (a run started ahead got
+    /// its slot): the entry's state, its info's and the counts, without a put of a whole info.
+    /// An id not listed is ignored.
+    public mutating func setState(_ state: QueuedDownloadState, id: Int64) {
+        let position = self.position(of: id)
+        guard position < self.entries.count, self.entries[position].id == id, self.entries[position].state != state else { return }
+        self.revision &+= 1
+        self.counts[self.entries[position].state, default: 1] -= 1
+        self.counts[state, default: 0] += 1
+        self.entries[position].state = state
+        self.entries[position].info.state = state
+        self.entries[position].preparedRecord = nil
+        self.entries[position].revision = self.revision
+    }
+
     public mutating func remove(id: Int64) {
         let position = self.position(of: id)
         guard position < self.entries.count, self.entries[position].id == id else { return }

@@ -124,18 +124,19 @@ extension DownloadQueue {
     /// on. One whose run is over already (its end handled) is left as its end made it.
     private func admitted(_ ids: [Int64]) {
         guard !ids.isEmpty else { return }
-        let changed = self.state.withLock { state -> [QueuedDownloadInfo] in
-            var changed: [QueuedDownloadInfo] = []
+        let changed = self.state.withLock { state -> [Running] in
+            var changed: [Running] = []
+            let listened = !state.subscribers.isEmpty
             for id in ids {
                 guard state.running[id]?.isAdmitted == false else { continue }
                 state.running[id]!.isAdmitted = true
-                let running = state.running[id]!
-                state.saved(running.stored)
-                changed.append(Self.overlay(running.stored.info, live: running))
+                // Its row is as it was (the claim says active): only the listed state changes.
+                if state.running[id]!.stored.state == .active { state.index.setState(.active, id: id) }
+                if listened { changed.append(state.running[id]!) }
             }
             return changed
         }
-        for info in changed { self.publish(.changed(info)) }
+        for running in changed { self.publish(.changed(Self.overlay(running.stored.info, live: running))) }
     }
 
     /// How many ends a busy queue lets wait for one commit.
