@@ -81,6 +81,7 @@ public struct DaemonService: Service {
     }
 
     public func run() async throws {
+        WorkingSetTrimmer.keepFreedHeapWhileBusy()
         try self.paths.createDirectories()
         let lock = try DaemonLock(path: self.paths.lockPath)
         let store = try TransferStore.open(path: self.paths.storePath)

@@ -10,6 +10,10 @@ import Synchronization
 /// takes it there and then (``TransferScheduler/isWorse(_:than:)``: discretion, priority, order,
 /// id): a queue of small files refills its slots without waiting for a decision of the core
 /// and the owner's queue after every end. A waiter whose task is cancelled leaves the line.
+///
+/// The rank is what the transfers are, not the scheduler's fairness between owners (which
+/// decided who started): at most the look-ahead's worth of waiters can be admitted in another
+/// order than the scheduler would have started them.
 final class RunGate: Sendable {
     struct Limits: Sendable, Hashable {
         var maximumConcurrent: Int
