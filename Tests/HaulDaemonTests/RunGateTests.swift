@@ -1,5 +1,8 @@
+import Foundation
 import HaulCore
 @testable import HaulDaemon
+import HaulEngine
+import Logging
 import Synchronization
 import Testing
 
@@ -108,5 +111,65 @@ struct RunGateTests {
         #expect(gate.counts.waiting == 1)
         gate.leave(host: "a")
         #expect(await fourth.value)
+    }
+
+    /// A segmented download's point whose first bytes are missing (its offset is 0): the
+    /// download state machine cannot send a range for it, so only the run keeps it.
+    static let mappedPoint = ResumePoint(
+        done: ByteRangeSet([1000..<2000, 3000..<3500]),
+        validators: EntityValidators(entityTag: "\"v1\""),
+        entityLength: 4000
+    )
+
+    static func run(_ url: URL, core: TransferCore, path: String, admission: (any RunAdmission)? = nil) -> TransferRun {
+        let transfer = TrackedTransfer(
+            id: TransferID(.queue, 1), owner: RecordingOwner(), url: url, startingPoint: Self.mappedPoint, totalBytes: 4000, cadence: .init()
+        )
+        return TransferRun(
+            engine: core.engine,
+            request: TransferRequest(url: url, method: "GET", headers: HTTPHeaderFields()),
+            destination: .file(path: path, resume: Self.mappedPoint),
+            resourceTimeout: nil,
+            admission: admission,
+            observer: transfer
+        )
+    }
+
+    static func outcome(of run: TransferRun) async -> TransferOutcome {
+        await withCheckedContinuation { continuation in run.start { continuation.resume(returning: $0) } }
+    }
+
+    @Test("A run that ends before any answer (stopped while it waits for a slot, or refused) keeps the point it started from, map included")
+    func untouchedRunKeepsItsPoint() async throws {
+        #expect(Self.mappedPoint.offset == 0 && Self.mappedPoint.segments != nil)
+        let core = TransferCore(limits: .init(maximumConcurrent: 1, maximumPerHost: 1, globalSpeedLimit: 0), logger: Logger(label: "run-gate-test"))
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-gate-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("file.haul-part").path
+        try Data(count: 3500).write(to: URL(fileURLWithPath: path))
+        // Refused: nothing listens on port 1 of the loopback address.
+        let refused = await Self.outcome(of: Self.run(URL(string: "http://127.0.0.1:1/file")!, core: core, path: path))
+        guard case .failed(_, nil, let kept) = refused else {
+            Issue.record("expected a failure, got \(refused)")
+            return
+        }
+        #expect(kept == Self.mappedPoint)
+        // Stopped at the gate: its only slot is taken.
+        let gate = RunGate(limits: .init(maximumConcurrent: 1, maximumPerHost: 1))
+        try await gate.enter(Self.entry(9))
+        let ticket = RunGate.Ticket(gate: gate, entry: Self.entry(1)) { Issue.record("admitted though the slot was taken") }
+        let waiting = Self.run(URL(string: "http://127.0.0.1:1/file")!, core: core, path: path, admission: ticket)
+        let stopped = Task { await Self.outcome(of: waiting) }
+        try await Self.waitUntil(gate, waiting: 1)
+        waiting.stop(.pause)
+        guard case .stopped(.pause, nil, let point) = await stopped.value else {
+            Issue.record("expected a stop")
+            return
+        }
+        #expect(point == Self.mappedPoint)
+        #expect(gate.counts == (admitted: 1, waiting: 0), "it left the line and took no slot")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)).count == 3500, "the file as it was")
+        await core.shutdown()
     }
 }

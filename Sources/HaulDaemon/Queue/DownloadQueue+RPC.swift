@@ -89,9 +89,12 @@ extension DownloadQueue {
                 download.queueRank = newRank
                 download.priority = neighbour.priority
             }) else { throw Aria2Fault("GID is not found") }
-            // The scheduler re-ranks what waits (adding a waiting entry replaces it).
+            // The scheduler re-ranks what waits (adding a waiting entry replaces it). A download
+            // started ahead is listed as waiting: moved, it waits again for its new turn (once its
+            // run has stopped; one moved ahead of it makes it yield anyway).
             for row in renumbered + [updated] where row.state == .waiting { self.core.enqueue(Self.entry(for: row)) }
-            self.publish(.changed(updated.info))
+            if updated.state != .waiting { _ = self.requeueIfStandby(id) }
+            self.publish(.changed(self.info(for: updated)))
             return target
         }
     }

@@ -702,7 +702,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
         }
         return try await self.onWork {
             let download = try self.existing(id)
-            guard download.state == .waiting || download.state == .paused || download.state == .error else {
+            // Listed as waiting, so changed as a waiting one.
+            let standby = self.requeueIfStandby(id)
+            guard download.state == .waiting || download.state == .paused || download.state == .error || standby else {
                 throw DaemonError("download \(id) is \(download.state.rawValue); pause it before changing its URL")
             }
             guard let updated = try self.updateDownload(id: id, { download in
@@ -712,8 +714,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
             }) else { throw DaemonError("no download with id \(id)") }
             // A waiting download may now belong to another host.
             if updated.state == .waiting { self.core.enqueue(Self.entry(for: updated)) }
-            self.publish(.changed(updated.info))
-            return updated.info
+            let info = self.info(for: updated)
+            self.publish(.changed(info))
+            return info
         }
     }
 
@@ -773,6 +776,19 @@ public final class DownloadQueue: TransferOwner, Sendable {
     }
 
     /// Marks a running download as stopping for `intent`; returns its run to stop.
+    /// Stops the run of download `id` if it was started ahead and has no slot yet (it fetched
+    /// nothing and is listed as waiting): it waits again once its run ended, so a change to it
+    /// (its URL, its place in the queue) applies as to any waiting download. Whether it was.
+    func requeueIfStandby(_ id: Int64) -> Bool {
+        let run = self.state.withLock { state -> TransferRun? in
+            guard let running = state.running[id], !running.isAdmitted, running.intent == nil else { return nil }
+            state.running[id]!.intent = .requeue
+            return running.run
+        }
+        run?.stop(.pause)
+        return run != nil
+    }
+
     func stopRunning(_ id: Int64, intent: StopIntent) -> TransferRun? {
         self.state.withLock { state in
             guard state.running[id] != nil else { return nil }

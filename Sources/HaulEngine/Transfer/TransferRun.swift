@@ -60,12 +60,19 @@ package final class TransferRun: Sendable {
         /// The primary and mirrors of the last segment group (kept when it ends).
         var lastSourceReports: [SegmentSourceReport] = []
 
+        /// The point the run started from (its destination's).
+        let initialPoint: ResumePoint?
+
         /// Where the download could continue from after it stopped: the map of a segmented
-        /// download, else what the state machine wrote in order.
+        /// download, else what the state machine wrote in order; before any answer came (the
+        /// file as the run found it: stopped while it waited for a slot, or refused a
+        /// connection), the point it started from, map included (the state machine keeps only
+        /// a point it can send a range for, so a map whose first bytes are missing was lost).
         mutating func stopPoint() -> ResumePoint? {
+            let untouched = self.lastResponse == nil
             let point = self.machine.transferStopped()
-            guard let segments else { return point }
-            return segments.resumePoint
+            if let segments { return segments.resumePoint }
+            return untouched ? self.initialPoint : point
         }
     }
 
@@ -128,7 +135,7 @@ package final class TransferRun: Sendable {
         self.resourceTimeout = resourceTimeout
         self.observer = observer
         let resume: ResumePoint? = if case .file(_, let point) = destination { point } else { nil }
-        self.state = Mutex(State(machine: DownloadStateMachine(method: request.method, resume: resume)))
+        self.state = Mutex(State(machine: DownloadStateMachine(method: request.method, resume: resume), initialPoint: resume))
     }
 
     /// Starts the run. `completion` is called exactly once, from a task of the run's own, on the

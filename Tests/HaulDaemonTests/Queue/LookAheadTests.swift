@@ -80,4 +80,57 @@ struct LookAheadTests {
         await harness.close()
         try await server.shutdown()
     }
+
+    @Test("A download started ahead is changed as the waiting one it is listed as: a new URL")
+    func standbyChangesAsWaiting() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        _ = try await harness.queue.set("max-concurrent", to: "1")
+        func add(_ name: String) async throws -> Int64 {
+            try await harness.queue.add(
+                urls: [server.url("/file/\(name)?size=200000&seed=7&rate=800000")],
+                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 0
+            ).id
+        }
+        let first = try await add("first")
+        _ = try await harness.wait(for: first, .active)
+        let ahead = try await add("old")
+        let deadline = ContinuousClock.now + .seconds(5)
+        while harness.core.gate.counts.waiting < 1, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(try await harness.queue.download(id: ahead).state == .waiting)
+        let changed = try await harness.queue.setURL(id: ahead, url: server.url("/file/new?size=200000&seed=8&rate=800000"))
+        #expect(changed.state == .waiting)
+        let done = try await harness.wait(for: ahead, .complete)
+        #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: 200_000, seed: 8))
+        let fetched = server.requests.map(\.uri).filter { $0.hasPrefix("/file/") }.map { String($0.dropFirst("/file/".count).prefix { $0 != "?" }) }
+        #expect(fetched == ["first", "new"], "the old URL was never asked for")
+        await harness.close()
+        try await server.shutdown()
+    }
+
+    @Test("A download started ahead and moved to the end of the waiting queue waits for its new turn")
+    func standbyMovedBack() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        _ = try await harness.queue.set("max-concurrent", to: "1")
+        func add(_ name: String) async throws -> Int64 {
+            try await harness.queue.add(
+                urls: [server.url("/file/\(name)?size=200000&seed=7&rate=800000")],
+                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 0
+            ).id
+        }
+        let first = try await add("first")
+        _ = try await harness.wait(for: first, .active)
+        let ahead = try await add("ahead")
+        let later = try await add("later")
+        let deadline = ContinuousClock.now + .seconds(5)
+        while harness.core.gate.counts.waiting < 1, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(try await harness.queue.waitingQueue().map(\.id) == [ahead, later])
+        #expect(try await harness.queue.changePosition(id: ahead, offset: 0, how: "POS_END") == 1)
+        for id in [first, ahead, later] { _ = try await harness.wait(for: id, .complete) }
+        let fetched = server.requests.map(\.uri).filter { $0.hasPrefix("/file/") }.map { String($0.dropFirst("/file/".count).prefix { $0 != "?" }) }
+        #expect(fetched == ["first", "later", "ahead"])
+        await harness.close()
+        try await server.shutdown()
+    }
 }
