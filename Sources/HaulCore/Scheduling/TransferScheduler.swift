@@ -356,7 +356,18 @@ public struct TransferScheduler: Sendable {
     /// A standby transfer yielding already serves one head.
     private mutating func yieldStandbyForBlocked() -> [Action] {
         guard self.standbyCount > 0 else { return [] }
-        var blocked = self.ready.values.compactMap(\.last)
+        // Only a head ranked above its owner's lowest-ranked standby transfer can take a place:
+        // in a queue worked through in order there is none, and nothing is sorted.
+        var lowest: [TransferOwnerKind: Entry] = [:]
+        for running in self.running.values where running.isStandby && !running.isYielding {
+            let owner = running.entry.id.owner
+            if let current = lowest[owner], !Self.isWorse(running.entry, than: current) { continue }
+            lowest[owner] = running.entry
+        }
+        guard !lowest.isEmpty else { return [] }
+        var blocked = self.ready.values.compactMap(\.last).filter { head in
+            lowest[head.id.owner].map { Self.isWorse($0, than: head) } ?? false
+        }
         guard !blocked.isEmpty else { return [] }
         blocked.sort { Self.isWorse($1, than: $0) }  // best first
         var alreadyYielding = self.running.values.filter { $0.isYielding && $0.isStandby }.count
