@@ -258,26 +258,30 @@ struct TransferSchedulerTests {
 
     // MARK: - Look-ahead
 
-    @Test("With a look-ahead, as many more start as standby; only admitted ones count against the limits")
+    @Test("With a look-ahead, those that find a slot start in it, then as many more as standby; an admission moves one into the slots")
     func lookAheadStartsStandby() {
         var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 2, maximumPerHost: 2, lookAhead: 2))
         let started = self.started(scheduler.add((1...6).map { self.download(Int64($0)) }, now: 0))
-        #expect(started == (1...4).map { TransferID(.queue, Int64($0)) }, "the limit plus the look-ahead, in rank order")
-        #expect(scheduler.standbyTotal == 4, "none admitted yet")
-        scheduler.admitted(TransferID(.queue, 1))
-        scheduler.admitted(TransferID(.queue, 2))
+        #expect(started == (1...4).map { TransferID(.queue, Int64($0)) }, "the limit, then the look-ahead, in rank order")
+        #expect(!scheduler.isStandby(TransferID(.queue, 1)) && !scheduler.isStandby(TransferID(.queue, 2)))
+        #expect(scheduler.isStandby(TransferID(.queue, 3)) && scheduler.isStandby(TransferID(.queue, 4)))
         #expect(scheduler.standbyTotal == 2)
-        #expect(!scheduler.isStandby(TransferID(.queue, 1)))
-        #expect(scheduler.isStandby(TransferID(.queue, 3)))
-        // An admission takes no slot of its own: nothing more starts until one ends.
-        #expect(scheduler.runningCount == 4)
-        let next = self.started(scheduler.ended(TransferID(.queue, 1), now: 1))
-        #expect(next == [TransferID(.queue, 5)], "an end starts the next as standby")
-        #expect(scheduler.isStandby(TransferID(.queue, 5)))
-        // An admission of a transfer that is not standby (ended, or never started) changes nothing.
+        // 1 ends; its slot went to 3 (the owner's gate), which is heard of after the end: until
+        // then 5 starts in the slot the end freed (and waits at the gate for the next).
+        #expect(self.started(scheduler.ended(TransferID(.queue, 1), now: 1)) == [TransferID(.queue, 5)])
+        #expect(!scheduler.isStandby(TransferID(.queue, 5)))
+        scheduler.admitted(TransferID(.queue, 3))
+        #expect(scheduler.standbyTotal == 1)
+        // The slots look full (2, 5, 3): the next end starts a standby one, not another in a slot.
+        let next = scheduler.ended(TransferID(.queue, 2), now: 2)
+        #expect(self.started(next) == [TransferID(.queue, 6)])
+        #expect(scheduler.isStandby(TransferID(.queue, 6)))
+        // An admission of a transfer that is not standby (ended, or started in a slot) changes nothing.
         scheduler.admitted(TransferID(.queue, 1))
+        scheduler.admitted(TransferID(.queue, 5))
         scheduler.admitted(TransferID(.queue, 99))
-        #expect(scheduler.standbyTotal == 3)
+        #expect(scheduler.standbyTotal == 2)
+        #expect(scheduler.runningCount == 4)
     }
 
     @Test("Without a look-ahead nothing is standby, and an admission changes nothing")
@@ -290,21 +294,43 @@ struct TransferSchedulerTests {
         #expect(scheduler.runningCount == 2)
     }
 
-    @Test("The look-ahead counts per host too: a full host does not hold another back")
-    func lookAheadPerHost() {
-        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 8, maximumPerHost: 1, lookAhead: 1))
-        var started = self.started(scheduler.add((1...4).map { self.download(Int64($0)) }, now: 0))
-        #expect(started.count == 2, "one per host plus one ahead")
-        started = self.started(scheduler.add(self.download(9, host: Self.hostB), now: 0))
-        #expect(started == [TransferID(.queue, 9)])
+    @Test("Standby transfers never keep one that finds a slot from starting: other hosts run while one host's wait")
+    func standbyLeavesSlotsToOtherHosts() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 5, maximumPerHost: 1, lookAhead: 5))
+        var entries: [TransferScheduler.Entry] = []
+        for (index, host) in ["a", "b", "c", "d", "e"].enumerated() {
+            for n in 0..<10 { entries.append(self.download(Int64(index * 100 + n), host: "http://\(host):80")) }
+        }
+        let started = self.started(scheduler.add(entries, now: 0))
+        let inSlots = started.filter { !scheduler.isStandby($0) }.map(\.number).sorted()
+        #expect(inSlots == [0, 100, 200, 300, 400], "one per host, all five hosts")
+        #expect(scheduler.standbyTotal == 5)
+        // The standby ones are the best-ranked of the rest: host a's next, within the look-ahead per host.
+        #expect(started.filter { scheduler.isStandby($0) }.map(\.number).sorted() == [1, 2, 3, 4, 5])
     }
 
-    @Test("A better-ranked transfer that finds no slot makes the lowest-ranked standby of its owner yield, once")
+    @Test("The look-ahead counts per host too: a host's standby places do not hold another's back")
+    func lookAheadPerHost() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 1, lookAhead: 2))
+        var started = self.started(scheduler.add((1...4).map { self.download(Int64($0)) }, now: 0))
+        #expect(started.count == 3, "one in the slot, two standby")
+        scheduler = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 1, lookAhead: 1))
+        started = self.started(scheduler.add((1...4).map { self.download(Int64($0)) }, now: 0))
+        #expect(started.count == 2)
+        started = self.started(scheduler.add(self.download(9, host: Self.hostB), now: 0))
+        #expect(started.isEmpty, "the look-ahead is taken: host b's waits in the queue")
+        scheduler = TransferScheduler(limits: .init(maximumConcurrent: 2, maximumPerHost: 1, lookAhead: 1))
+        _ = scheduler.add((1...4).map { self.download(Int64($0)) }, now: 0)
+        started = self.started(scheduler.add(self.download(9, host: Self.hostB), now: 0))
+        #expect(started == [TransferID(.queue, 9)], "a free slot on another host is taken")
+        #expect(!scheduler.isStandby(TransferID(.queue, 9)))
+    }
+
+    @Test("A better-ranked transfer that finds no place makes the lowest-ranked standby of its owner yield, once")
     func betterRankYieldsStandby() {
         var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 2, maximumPerHost: 4, lookAhead: 2))
         _ = scheduler.add((10...13).map { self.download(Int64($0)) }, now: 0)
-        scheduler.admitted(TransferID(.queue, 10))
-        scheduler.admitted(TransferID(.queue, 11))
+        #expect(scheduler.isStandby(TransferID(.queue, 12)) && scheduler.isStandby(TransferID(.queue, 13)))
         // A worse-ranked one waits, nothing yields.
         var actions = scheduler.add(self.download(20), now: 1)
         #expect(actions.isEmpty)
@@ -315,15 +341,15 @@ struct TransferSchedulerTests {
         // Decided again before the yield ended: no second victim.
         actions = scheduler.add(self.download(21), now: 1)
         #expect(self.yielded(actions).isEmpty)
-        // The yielded one ends (it never fetched anything) and the better one starts in its slot.
+        // The yielded one ends (it never fetched anything) and the better one starts in its place.
         actions = scheduler.ended(TransferID(.queue, 13), now: 2)
         #expect(self.started(actions) == [TransferID(.queue, 5)])
         #expect(scheduler.isStandby(TransferID(.queue, 5)))
-        // Admitted transfers never yield to it, nor does another owner's standby.
+        // Transfers in slots never yield to it, nor does another owner's standby.
         var other = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 4, lookAhead: 1))
         _ = other.add(self.task(10), now: 0)
         _ = other.add(self.download(11), now: 0)
-        other.admitted(TransferID(.session, 10))
+        #expect(!other.isStandby(TransferID(.session, 10)))
         #expect(other.isStandby(TransferID(.queue, 11)))
         actions = other.add(self.task(3), now: 1)
         #expect(self.yielded(actions).isEmpty, "a session task does not bump a queue download")
@@ -331,29 +357,28 @@ struct TransferSchedulerTests {
         #expect(self.yielded(actions) == [TransferID(.queue, 11)])
     }
 
-    @Test("Lowering a limit with a look-ahead: admitted ones beyond it yield, standby ones beyond the limit plus look-ahead yield")
+    @Test("Lowering a limit with a look-ahead: those in slots beyond it yield, standby ones beyond the look-ahead yield")
     func lowerLimitWithLookAhead() {
         var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 3, maximumPerHost: 8, lookAhead: 3))
         _ = scheduler.add((1...6).map { self.download(Int64($0)) }, now: 0)
-        for n in 1...3 { scheduler.admitted(TransferID(.queue, Int64(n))) }
         let actions = scheduler.setLimits(.init(maximumConcurrent: 1, maximumPerHost: 8, lookAhead: 1), now: 1)
-        // Admitted: 1 kept, 2 and 3 yield. Standby: one more place (4), 5 and 6 yield.
+        // In slots: 1 kept, 2 and 3 yield. Standby: one place (4), 5 and 6 yield.
         #expect(Set(self.yielded(actions)) == [TransferID(.queue, 2), TransferID(.queue, 3), TransferID(.queue, 5), TransferID(.queue, 6)])
         #expect(self.started(actions).isEmpty)
     }
 
-    @Test("A non-discretionary transfer started ahead that finds every slot held makes an admitted discretionary one yield")
+    @Test("A non-discretionary transfer started ahead that finds every slot held makes a discretionary one in a slot yield")
     func standbyBlockedYieldsDiscretionary() {
         var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 4, lookAhead: 1))
         _ = scheduler.add(self.task(1, discretionary: true), now: 0)
-        scheduler.admitted(TransferID(.session, 1))
         let actions = scheduler.add(self.task(2), now: 1)
         #expect(self.started(actions) == [TransferID(.session, 2)], "it starts ahead, as standby")
+        #expect(scheduler.isStandby(TransferID(.session, 2)))
         #expect(self.yielded(actions) == [TransferID(.session, 1)], "and the discretionary one gives up its slot")
-        // One that would be admitted at once (a slot is free) makes nothing yield.
+        // One that finds a slot makes nothing yield.
         var roomy = TransferScheduler(limits: .init(maximumConcurrent: 2, maximumPerHost: 4, lookAhead: 2))
         _ = roomy.add(self.task(1, discretionary: true), now: 0)
-        roomy.admitted(TransferID(.session, 1))
         #expect(self.yielded(roomy.add(self.task(2), now: 1)).isEmpty)
+        #expect(!roomy.isStandby(TransferID(.session, 2)))
     }
 }

@@ -45,20 +45,21 @@ public struct TransferID: Sendable, Hashable, CustomStringConvertible {
 ///   yield (stop, keeping its bytes, and wait again);
 /// - when a limit goes down, the lowest-ranked running transfers beyond it yield at once.
 ///
-/// With a look-ahead (``Limits/lookAhead``), up to that many more transfers start, over all
-/// hosts and per host, as *standby*: their owners run them up to the point of asking for a
-/// slot (``admitted(_:)`` says they have one), so that a slot that frees is taken where it
-/// frees, without waiting for the next decision. Then:
-/// - only admitted transfers count against the limits as running; a standby one is waiting as
-///   far as anyone is shown;
-/// - a ready transfer that finds no slot makes the lowest-ranked standby transfer of its owner
+/// With a look-ahead (``Limits/lookAhead``), transfers that find no slot may start as
+/// *standby*, up to that many in all and per host: their owners run them up to the point of
+/// asking for a slot and they take one the moment one frees, where it frees, without waiting
+/// for the next decision (``admitted(_:)`` says one has). Then:
+/// - a transfer that finds a slot starts in it before any starts as standby (a standby
+///   transfer never keeps one that could run now from starting: another host's, say);
+/// - standby transfers count against the look-ahead, not the limits; shown, they are waiting;
+/// - a ready transfer that finds neither makes the lowest-ranked standby transfer of its owner
 ///   ranked below it yield (its owner stops it before it fetched anything), so that starting
 ///   ahead never lets a lower-ranked transfer go first by more than the slot being handed over.
 public struct TransferScheduler: Sendable {
     public struct Limits: Sendable, Hashable {
         public var maximumConcurrent: Int
         public var maximumPerHost: Int
-        /// Transfers started ahead of a free slot, in all and per host (0: none).
+        /// Transfers started ahead of a free slot (standby), in all and per host (0: none).
         public var lookAhead: Int
 
         public init(maximumConcurrent: Int, maximumPerHost: Int, lookAhead: Int = 0) {
@@ -66,11 +67,6 @@ public struct TransferScheduler: Sendable {
             self.maximumPerHost = max(1, maximumPerHost)
             self.lookAhead = max(0, lookAhead)
         }
-
-        /// Transfers that may hold a slot of the scheduler: admitted and standby.
-        var startedAtMost: Int { self.maximumConcurrent + self.lookAhead }
-        /// The same per host.
-        var startedPerHostAtMost: Int { self.maximumPerHost + self.lookAhead }
     }
 
     /// What the scheduler needs to know of one transfer.
@@ -122,7 +118,7 @@ public struct TransferScheduler: Sendable {
     private struct Running {
         var entry: Entry
         var isYielding = false
-        /// Started ahead and not admitted yet (``Limits/lookAhead``).
+        /// Started without a slot, to wait for one (``Limits/lookAhead``); not admitted yet.
         var isStandby = false
     }
 
@@ -143,8 +139,10 @@ public struct TransferScheduler: Sendable {
     /// How many of `running` are discretionary: with none, nothing can yield to a blocked
     /// transfer, and a decision skips looking (it is made at every start and end).
     private var runningDiscretionary = 0
-    /// How many of `running` are standby: with none, nothing is started ahead to yield.
+    /// How many of `running` are standby (in all and per host): with none, nothing started
+    /// ahead can yield. The others hold the slots.
     private var standbyCount = 0
+    private var standbyPerHost: [String: Int] = [:]
     private var requestedWakeUp: Double?
     private var isShutDown = false
 
@@ -255,18 +253,33 @@ public struct TransferScheduler: Sendable {
         if self.runningPerHost[finished.entry.host] == 0 { self.runningPerHost[finished.entry.host] = nil }
         self.runningPerOwner[id.owner, default: 1] -= 1
         if finished.entry.isDiscretionary { self.runningDiscretionary -= 1 }
-        if finished.isStandby { self.standbyCount -= 1 }
+        if finished.isStandby { self.leaveStandby(finished.entry.host) }
         return self.decide(now: now)
     }
 
-    /// The standby transfer `id` has its slot now (its owner's run got past the admission):
-    /// it counts as running against the limits. Nothing to do, so no actions; an id that is not
-    /// standby (ended meanwhile, or never started ahead) is ignored.
+    /// The standby transfer `id` has a slot now (its owner's run took one as a transfer ended):
+    /// it counts against the limits from now on. Nothing to do, so no actions (the end that freed
+    /// the slot decided already); an id that is not standby (ended meanwhile, or started in a
+    /// slot) is ignored.
+    ///
+    /// Until this is heard, a transfer started in the slot it freed counts as holding it too,
+    /// while its run waits at the owner's gate: the slots look fuller than they are, for a
+    /// moment, never emptier.
     public mutating func admitted(_ id: TransferID) {
-        guard self.running[id]?.isStandby == true else { return }
+        guard let running = self.running[id], running.isStandby else { return }
         self.running[id]!.isStandby = false
-        self.standbyCount -= 1
+        self.leaveStandby(running.entry.host)
     }
+
+    private mutating func leaveStandby(_ host: String) {
+        self.standbyCount -= 1
+        self.standbyPerHost[host, default: 1] -= 1
+        if self.standbyPerHost[host] == 0 { self.standbyPerHost[host] = nil }
+    }
+
+    /// Transfers holding a slot, in all and on `host`.
+    private var slotsHeld: Int { self.running.count - self.standbyCount }
+    private func slotsHeld(on host: String) -> Int { (self.runningPerHost[host] ?? 0) - (self.standbyPerHost[host] ?? 0) }
 
     /// New limits: raising one starts what now fits, lowering one yields what no longer does.
     public mutating func setLimits(_ limits: Limits, now: Double) -> [Action] {
@@ -297,17 +310,16 @@ public struct TransferScheduler: Sendable {
             self.insertReady(first)
         }
         guard !self.isShutDown else { return actions }
-        let standby = self.limits.lookAhead > 0
-        while self.running.count < self.limits.startedAtMost, let key = self.bestCandidate() {
-            let entry = self.ready[key]!.removeLast()
-            if self.ready[key]!.isEmpty { self.ready[key] = nil }
-            self.location[entry.id] = nil
-            self.running[entry.id] = Running(entry: entry, isStandby: standby)
-            if standby { self.standbyCount += 1 }
-            self.runningPerHost[entry.host, default: 0] += 1
-            self.runningPerOwner[entry.id.owner, default: 0] += 1
-            if entry.isDiscretionary { self.runningDiscretionary += 1 }
-            actions.append(.start(entry.id))
+        // First whatever finds a slot, then standby places for the best of the rest.
+        while self.slotsHeld < self.limits.maximumConcurrent,
+            let key = self.bestCandidate(where: { self.slotsHeld(on: $0) < self.limits.maximumPerHost })
+        {
+            actions.append(.start(self.start(key, standby: false)))
+        }
+        while self.standbyCount < self.limits.lookAhead,
+            let key = self.bestCandidate(where: { (self.standbyPerHost[$0] ?? 0) < self.limits.lookAhead })
+        {
+            actions.append(.start(self.start(key, standby: true)))
         }
         actions += self.yieldStandbyForBlocked()
         actions += self.yieldDiscretionaryForBlocked()
@@ -318,10 +330,26 @@ public struct TransferScheduler: Sendable {
         return actions
     }
 
-    /// The queue whose head should start next, among hosts with a free slot.
-    private func bestCandidate() -> QueueKey? {
+    /// Starts the head of `key`'s queue; its id.
+    private mutating func start(_ key: QueueKey, standby: Bool) -> TransferID {
+        let entry = self.ready[key]!.removeLast()
+        if self.ready[key]!.isEmpty { self.ready[key] = nil }
+        self.location[entry.id] = nil
+        self.running[entry.id] = Running(entry: entry, isStandby: standby)
+        if standby {
+            self.standbyCount += 1
+            self.standbyPerHost[entry.host, default: 0] += 1
+        }
+        self.runningPerHost[entry.host, default: 0] += 1
+        self.runningPerOwner[entry.id.owner, default: 0] += 1
+        if entry.isDiscretionary { self.runningDiscretionary += 1 }
+        return entry.id
+    }
+
+    /// The queue whose head should start next, among hosts `hasRoom` accepts.
+    private func bestCandidate(where hasRoom: (String) -> Bool) -> QueueKey? {
         var best: (key: QueueKey, entry: Entry)?
-        for (key, entries) in self.ready where (self.runningPerHost[key.host] ?? 0) < self.limits.startedPerHostAtMost {
+        for (key, entries) in self.ready where hasRoom(key.host) {
             guard let head = entries.last else { continue }
             if let current = best, !self.startsBefore(head, current.entry) { continue }
             best = (key, head)
@@ -377,7 +405,7 @@ public struct TransferScheduler: Sendable {
                 alreadyYielding -= 1
                 continue
             }
-            let hostFull = (self.runningPerHost[head.host] ?? 0) >= self.limits.startedPerHostAtMost
+            let hostFull = (self.standbyPerHost[head.host] ?? 0) >= self.limits.lookAhead
             let victim = self.running.values
                 .filter {
                     $0.isStandby && !$0.isYielding && $0.entry.id.owner == head.id.owner
@@ -403,16 +431,13 @@ public struct TransferScheduler: Sendable {
             guard let head = entries.last, !head.isDiscretionary else { continue }
             blocked.append(head)
         }
-        var admittedPerHost: [String: Int] = [:]
         if self.standbyCount > 0 {
-            for running in self.running.values where !running.isStandby { admittedPerHost[running.entry.host, default: 0] += 1 }
             // A standby one is blocked when the slots it needs are all held (as far as the
             // scheduler heard: one about to be admitted is not).
-            let admittedTotal = self.running.count - self.standbyCount
             blocked += self.running.values
                 .filter {
                     $0.isStandby && !$0.isYielding && !$0.entry.isDiscretionary
-                        && (admittedTotal >= self.limits.maximumConcurrent || admittedPerHost[$0.entry.host, default: 0] >= self.limits.maximumPerHost)
+                        && (self.slotsHeld >= self.limits.maximumConcurrent || self.slotsHeld(on: $0.entry.host) >= self.limits.maximumPerHost)
                 }
                 .map(\.entry)
         }
@@ -425,9 +450,7 @@ public struct TransferScheduler: Sendable {
                 alreadyYielding -= 1
                 continue
             }
-            let hostFull = self.standbyCount > 0
-                ? admittedPerHost[head.host, default: 0] >= self.limits.maximumPerHost
-                : (self.runningPerHost[head.host] ?? 0) >= self.limits.maximumPerHost
+            let hostFull = self.slotsHeld(on: head.host) >= self.limits.maximumPerHost
             let victim = self.running.values
                 .filter { $0.entry.isDiscretionary && !$0.isYielding && !$0.isStandby && (!hostFull || $0.entry.host == head.host) }
                 .map(\.entry)
@@ -439,8 +462,8 @@ public struct TransferScheduler: Sendable {
         return actions
     }
 
-    /// After a limit went down: the lowest-ranked running transfers beyond it yield; admitted
-    /// ones against the limits, then standby ones against the limits and the look-ahead.
+    /// After a limit went down: the lowest-ranked running transfers beyond it yield; those
+    /// holding slots against the limits, standby ones against the look-ahead.
     private mutating func yieldBeyondLimits() -> [Action] {
         let ordered = self.running.values.filter { !$0.isYielding }
             .sorted { Self.isWorse($1.entry, than: $0.entry) }  // best first
@@ -457,11 +480,13 @@ public struct TransferScheduler: Sendable {
                 actions.append(.yield(entry.id))
             }
         }
+        var standbyKept = 0
+        var standbyPerHost: [String: Int] = [:]
         for running in ordered where running.isStandby {
             let entry = running.entry
-            if kept < self.limits.startedAtMost, perHost[entry.host, default: 0] < self.limits.startedPerHostAtMost {
-                kept += 1
-                perHost[entry.host, default: 0] += 1
+            if standbyKept < self.limits.lookAhead, standbyPerHost[entry.host, default: 0] < self.limits.lookAhead {
+                standbyKept += 1
+                standbyPerHost[entry.host, default: 0] += 1
             } else {
                 self.running[entry.id]!.isYielding = true
                 actions.append(.yield(entry.id))

@@ -202,12 +202,13 @@ public final class TransferCore: Sendable {
         self.decide { $0.setLimits(limits.scheduler, now: $1) }
     }
 
-    /// What the run of transfer `id`, just started, waits for before its first request: a
-    /// place at the gate when the scheduler started it ahead (standby), else `nil` (it holds a
-    /// slot already). Once admitted, the scheduler counts it as running and `admitted` is
-    /// called, on the run's loop: at most once, never for a run stopped while it waited.
+    /// What the run of transfer `id`, just started, waits for before its first request: with a
+    /// look-ahead, a place at the gate (every run takes its slot there, a standby one as soon as
+    /// one frees, one started in a slot at once unless a standby one took it first), else `nil`.
+    /// Once admitted, the scheduler counts it as holding a slot and `admitted` is called, on the
+    /// run's loop: at most once, never for a run stopped while it waited.
     func admission(for id: TransferID, admitted: @escaping @Sendable () -> Void) -> (any RunAdmission)? {
-        guard let entry = self.state.withLock({ $0.scheduler.isStandby(id) ? $0.scheduler.runningEntry(id) : nil }) else { return nil }
+        guard let entry = self.state.withLock({ $0.scheduler.limits.lookAhead > 0 ? $0.scheduler.runningEntry(id) : nil }) else { return nil }
         return RunGate.Ticket(gate: self.gate, entry: entry) {
             // Bookkeeping only (no action follows from it): no decision, no hop.
             self.state.withLock { $0.scheduler.admitted(id) }

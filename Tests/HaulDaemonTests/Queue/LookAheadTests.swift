@@ -133,4 +133,39 @@ struct LookAheadTests {
         await harness.close()
         try await server.shutdown()
     }
+
+    @Test("One host's downloads waiting ahead never keep another host's from running")
+    func standbyLeavesOtherHostsRunning() async throws {
+        let servers = [try await FaultInjectingHTTPServer.start(), try await FaultInjectingHTTPServer.start(), try await FaultInjectingHTTPServer.start()]
+        let harness = try QueueHarness()
+        _ = try await harness.queue.set("max-per-host", to: "1")
+        _ = try await harness.queue.set("max-concurrent", to: "3")
+        var ids: [Int64] = []
+        for (index, server) in servers.enumerated() {
+            for n in 0..<(index == 2 ? 2 : 5) {
+                ids.append(try await harness.queue.add(
+                    urls: [server.url("/file/h\(index)-\(n)?size=300000&seed=\(n)&rate=1000000")],
+                    directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 0
+                ).id)
+            }
+        }
+        // Three hosts, one at a time each, three at once in all: the third host's first download
+        // runs beside the other two's first ones, whatever waits ahead for those two hosts (each
+        // takes ~0.3 s; the first to end stops the look).
+        let deadline = ContinuousClock.now + .seconds(5)
+        var active: [QueuedDownloadInfo] = []
+        var listed: [QueuedDownloadInfo] = []
+        while ContinuousClock.now < deadline {
+            listed = try await harness.queue.list()
+            active = listed.filter { $0.state == .active }
+            if active.count == 3 || listed.contains(where: { $0.state == .complete }) { break }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(active.count == 3, "\(listed.map { ($0.id, $0.state) })")
+        #expect(Set(active.map { $0.urls[0].port }).count == 3, "one per host")
+        for id in ids { _ = try await harness.wait(for: id, .complete) }
+        #expect(harness.peakActive.withLock { $0 } == 3)
+        await harness.close()
+        for server in servers { try await server.shutdown() }
+    }
 }
