@@ -398,26 +398,15 @@ public struct TransferScheduler: Sendable {
         }
         guard !blocked.isEmpty else { return [] }
         blocked.sort { Self.isWorse($1, than: $0) }  // best first
-        var alreadyYielding = self.running.values.filter { $0.isYielding && $0.isStandby }.count
-        var actions: [Action] = []
-        for head in blocked {
-            if alreadyYielding > 0 {
-                alreadyYielding -= 1
-                continue
+        let (standbyPerHost, lookAhead) = (self.standbyPerHost, self.limits.lookAhead)
+        return self.yield(
+            for: blocked,
+            alreadyServing: { $0.isStandby },
+            hostFull: { (standbyPerHost[$0.host] ?? 0) >= lookAhead },
+            victims: { candidate, head in
+                candidate.isStandby && candidate.entry.id.owner == head.id.owner && Self.isWorse(candidate.entry, than: head)
             }
-            let hostFull = (self.standbyPerHost[head.host] ?? 0) >= self.limits.lookAhead
-            let victim = self.running.values
-                .filter {
-                    $0.isStandby && !$0.isYielding && $0.entry.id.owner == head.id.owner
-                        && (!hostFull || $0.entry.host == head.host) && Self.isWorse($0.entry, than: head)
-                }
-                .map(\.entry)
-                .min { Self.isWorse($0, than: $1) }
-            guard let victim else { continue }
-            self.running[victim.id]!.isYielding = true
-            actions.append(.yield(victim.id))
-        }
-        return actions
+        )
     }
 
     /// Non-discretionary transfers that found no slot take one from a running discretionary
@@ -442,17 +431,37 @@ public struct TransferScheduler: Sendable {
                 .map(\.entry)
         }
         guard !blocked.isEmpty else { return [] }
-        // A standby transfer yielding serves a head too (``yieldStandbyForBlocked()``).
-        var alreadyYielding = self.running.values.filter { $0.isYielding && ($0.entry.isDiscretionary || $0.isStandby) }.count
+        let slotsHeld = Dictionary(uniqueKeysWithValues: Set(blocked.map(\.host)).map { ($0, self.slotsHeld(on: $0)) })
+        let perHost = self.limits.maximumPerHost
+        return self.yield(
+            // A standby transfer yielding serves a head too (``yieldStandbyForBlocked()``).
+            for: blocked,
+            alreadyServing: { $0.entry.isDiscretionary || $0.isStandby },
+            hostFull: { slotsHeld[$0.host, default: 0] >= perHost },
+            victims: { candidate, _ in candidate.entry.isDiscretionary && !candidate.isStandby }
+        )
+    }
+
+    /// Each of `blocked` (in the order given) makes one running transfer yield: the lowest-ranked
+    /// that `victims` accepts for it and is not yielding already, on its host when `hostFull`
+    /// says the host is what blocks it. A transfer yielding already that `alreadyServing`
+    /// counts serves one head instead (it was asked for by an earlier decision).
+    private mutating func yield(
+        for blocked: [Entry],
+        alreadyServing: (Running) -> Bool,
+        hostFull: (Entry) -> Bool,
+        victims: (Running, Entry) -> Bool
+    ) -> [Action] {
+        var alreadyYielding = self.running.values.filter { $0.isYielding && alreadyServing($0) }.count
         var actions: [Action] = []
         for head in blocked {
             if alreadyYielding > 0 {
                 alreadyYielding -= 1
                 continue
             }
-            let hostFull = self.slotsHeld(on: head.host) >= self.limits.maximumPerHost
+            let onHost = hostFull(head)
             let victim = self.running.values
-                .filter { $0.entry.isDiscretionary && !$0.isYielding && !$0.isStandby && (!hostFull || $0.entry.host == head.host) }
+                .filter { !$0.isYielding && (!onHost || $0.entry.host == head.host) && victims($0, head) }
                 .map(\.entry)
                 .min { Self.isWorse($0, than: $1) }
             guard let victim else { continue }

@@ -8,6 +8,39 @@ import Testing
 /// listed as waiting, and take it where it frees (``TransferCore/Limits/lookAhead``).
 @Suite("Download queue: downloads started ahead", .serialized)
 struct LookAheadTests {
+    /// Queues `/file/NAME` (200,000 bytes at 800,000 a second) from `server`; its id.
+    static func add(_ name: String, seed: Int = 7, on server: FaultInjectingHTTPServer, to harness: QueueHarness) async throws -> Int64 {
+        try await harness.queue.add(
+            urls: [server.url("/file/\(name)?size=200000&seed=\(seed)&rate=800000")],
+            directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 0
+        ).id
+    }
+
+    /// Waits (at most 5 s) until `count` runs wait at the core's gate.
+    static func waitForStandby(_ count: Int, in harness: QueueHarness) async throws {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while harness.core.gate.counts.waiting < count, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(harness.core.gate.counts.waiting == count, "started ahead")
+    }
+
+    /// A queue with one slot: download `first` running in it, `ahead` (named so) started ahead
+    /// and waiting at the gate. Close the harness and shut the server down when done.
+    static func oneRunningOneAhead(named ahead: String) async throws -> (server: FaultInjectingHTTPServer, harness: QueueHarness, first: Int64, ahead: Int64) {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        _ = try await harness.queue.set("max-concurrent", to: "1")
+        let first = try await Self.add("first", on: server, to: harness)
+        _ = try await harness.wait(for: first, .active)
+        let started = try await Self.add(ahead, on: server, to: harness)
+        try await Self.waitForStandby(1, in: harness)
+        return (server, harness, first, started)
+    }
+
+    /// The names of the `/file/` requests `server` got, in order.
+    static func fetched(by server: FaultInjectingHTTPServer) -> [String] {
+        server.requests.map(\.uri).filter { $0.hasPrefix("/file/") }.map { String($0.dropFirst("/file/".count).prefix { $0 != "?" }) }
+    }
+
     @Test("Started ahead, a download is listed as waiting and fetches nothing until a slot frees; the limit holds")
     func standbyIsWaiting() async throws {
         let server = try await FaultInjectingHTTPServer.start()
@@ -57,25 +90,13 @@ struct LookAheadTests {
 
     @Test("A download ranked higher than one started ahead goes first: the one ahead yields, having fetched nothing")
     func higherRankOvertakesStandby() async throws {
-        let server = try await FaultInjectingHTTPServer.start()
-        let harness = try QueueHarness()
-        _ = try await harness.queue.set("max-concurrent", to: "1")
-        func add(_ name: String, priority: Int) async throws -> Int64 {
-            try await harness.queue.add(
-                urls: [server.url("/file/\(name)?size=200000&seed=7&rate=800000")],
-                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: priority
-            ).id
-        }
-        let first = try await add("first", priority: 0)
-        _ = try await harness.wait(for: first, .active)
-        let ahead = try await add("ahead", priority: 0)
-        let deadline = ContinuousClock.now + .seconds(5)
-        while harness.core.gate.counts.waiting < 1, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
-        #expect(harness.core.gate.counts.waiting == 1, "the second is started ahead")
-        let urgent = try await add("urgent", priority: 10)
+        let (server, harness, first, ahead) = try await Self.oneRunningOneAhead(named: "ahead")
+        let urgent = try await harness.queue.add(
+            urls: [server.url("/file/urgent?size=200000&seed=7&rate=800000")],
+            directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 10
+        ).id
         for id in [first, ahead, urgent] { _ = try await harness.wait(for: id, .complete) }
-        let order = server.requests.map(\.uri).filter { $0.hasPrefix("/file/") }.map { String($0.dropFirst("/file/".count).prefix { $0 != "?" }) }
-        #expect(order == ["first", "urgent", "ahead"])
+        #expect(Self.fetched(by: server) == ["first", "urgent", "ahead"])
         #expect(harness.peakActive.withLock { $0 } == 1)
         await harness.close()
         try await server.shutdown()
@@ -83,53 +104,25 @@ struct LookAheadTests {
 
     @Test("A download started ahead is changed as the waiting one it is listed as: a new URL")
     func standbyChangesAsWaiting() async throws {
-        let server = try await FaultInjectingHTTPServer.start()
-        let harness = try QueueHarness()
-        _ = try await harness.queue.set("max-concurrent", to: "1")
-        func add(_ name: String) async throws -> Int64 {
-            try await harness.queue.add(
-                urls: [server.url("/file/\(name)?size=200000&seed=7&rate=800000")],
-                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 0
-            ).id
-        }
-        let first = try await add("first")
-        _ = try await harness.wait(for: first, .active)
-        let ahead = try await add("old")
-        let deadline = ContinuousClock.now + .seconds(5)
-        while harness.core.gate.counts.waiting < 1, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        let (server, harness, _, ahead) = try await Self.oneRunningOneAhead(named: "old")
         #expect(try await harness.queue.download(id: ahead).state == .waiting)
         let changed = try await harness.queue.setURL(id: ahead, url: server.url("/file/new?size=200000&seed=8&rate=800000"))
         #expect(changed.state == .waiting)
         let done = try await harness.wait(for: ahead, .complete)
         #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: 200_000, seed: 8))
-        let fetched = server.requests.map(\.uri).filter { $0.hasPrefix("/file/") }.map { String($0.dropFirst("/file/".count).prefix { $0 != "?" }) }
-        #expect(fetched == ["first", "new"], "the old URL was never asked for")
+        #expect(Self.fetched(by: server) == ["first", "new"], "the old URL was never asked for")
         await harness.close()
         try await server.shutdown()
     }
 
     @Test("A download started ahead and moved to the end of the waiting queue waits for its new turn")
     func standbyMovedBack() async throws {
-        let server = try await FaultInjectingHTTPServer.start()
-        let harness = try QueueHarness()
-        _ = try await harness.queue.set("max-concurrent", to: "1")
-        func add(_ name: String) async throws -> Int64 {
-            try await harness.queue.add(
-                urls: [server.url("/file/\(name)?size=200000&seed=7&rate=800000")],
-                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 0
-            ).id
-        }
-        let first = try await add("first")
-        _ = try await harness.wait(for: first, .active)
-        let ahead = try await add("ahead")
-        let later = try await add("later")
-        let deadline = ContinuousClock.now + .seconds(5)
-        while harness.core.gate.counts.waiting < 1, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        let (server, harness, first, ahead) = try await Self.oneRunningOneAhead(named: "ahead")
+        let later = try await Self.add("later", on: server, to: harness)
         #expect(try await harness.queue.waitingQueue().map(\.id) == [ahead, later])
         #expect(try await harness.queue.changePosition(id: ahead, offset: 0, how: "POS_END") == 1)
         for id in [first, ahead, later] { _ = try await harness.wait(for: id, .complete) }
-        let fetched = server.requests.map(\.uri).filter { $0.hasPrefix("/file/") }.map { String($0.dropFirst("/file/".count).prefix { $0 != "?" }) }
-        #expect(fetched == ["first", "later", "ahead"])
+        #expect(Self.fetched(by: server) == ["first", "later", "ahead"])
         await harness.close()
         try await server.shutdown()
     }
