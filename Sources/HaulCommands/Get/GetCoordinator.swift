@@ -181,13 +181,8 @@ final class GetCoordinator: @unchecked Sendable {
     /// connection: ~80,000 page faults, a fifth of its CPU time). The peak resident set is
     /// the same either way; what is kept is at most this threshold per heap.
     private static func keepFreedHeap() {
-        // mallopt(M_TRIM_THRESHOLD = -1, bytes); not declared in Swift's Glibc module.
-        typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
-        _ = GlibcFunction.lookup("mallopt", as: Mallopt.self)?(-1, 16 << 20)
-        // mallopt(M_MMAP_THRESHOLD = -3, bytes): setting the trim threshold also fixes this one
-        // at 128 KiB, and a large download's 512 KiB read buffers would each be a fresh mapping
-        // (page faults on every byte). Below 4 MiB they come from the heap and are reused.
-        _ = GlibcFunction.lookup("mallopt", as: Mallopt.self)?(-3, 4 << 20)
+        // A large download's 512 KiB read buffers come from the heap and are reused.
+        HeapPolicy.keepFreedHeap(trimThreshold: 16 << 20, mmapThreshold: 4 << 20)
     }
 
     /// The URLs not started yet, taken in order by the workers of ``run(urls:)``.

@@ -56,23 +56,15 @@ package enum WorkingSetTrimmer {
     /// malloc arena, not only the top of the main one.
     private static let mallocTrim = GlibcFunction.lookup("malloc_trim", as: (@convention(c) (Int) -> Int32).self)
 
-    /// Keeps freed heap memory for reuse while the daemon works, as `haul get` does, instead of
-    /// glibc handing the top of a thread's heap back whenever more than 128 KiB are free there
-    /// and the next allocations growing it again (a system call and zeroed page faults each
-    /// time: a 1 GiB download through hauld took 18-26 K page faults, now ~1.1 K). What is kept
-    /// goes back at the quiet-time trims (``trim()``, ``releaseFreeHeap()``: `malloc_trim`
-    /// ignores the threshold), so an idle daemon's size is what it was; 4 MiB, not `haul get`'s
-    /// 16, keeps a busy one's too (`queue-bench`, 10,000 queued: 38.4 MiB after the add, 47.4
-    /// after a restart, as before; with 16 MiB, 42.7 and 53.0).
+    /// Keeps freed heap memory for reuse while the daemon works, as `haul get` does
+    /// (``HeapPolicy``: a 1 GiB download through hauld took 18-26 K page faults, now ~1.1 K).
+    /// What is kept goes back at the quiet-time trims (``trim()``, ``releaseFreeHeap()``), so an
+    /// idle daemon's size is what it was; 4 MiB, not `haul get`'s 16, keeps a busy one's too
+    /// (`queue-bench`, 10,000 queued: 38.4 MiB after the add, 47.4 after a restart, as before;
+    /// with 16 MiB, 42.7 and 53.0).
     package static func keepFreedHeapWhileBusy() {
         #if os(Linux)
-        typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
-        let mallopt = GlibcFunction.lookup("mallopt", as: Mallopt.self)
-        // M_TRIM_THRESHOLD (-1): free bytes at a heap's top before it shrinks.
-        _ = mallopt?(-1, 4 << 20)
-        // M_MMAP_THRESHOLD (-3): setting the trim threshold also fixes this one at 128 KiB, and
-        // a large download's 512 KiB read buffers would each be a fresh mapping.
-        _ = mallopt?(-3, 1 << 20)
+        HeapPolicy.keepFreedHeap(trimThreshold: 4 << 20, mmapThreshold: 1 << 20)
         #endif
     }
 
