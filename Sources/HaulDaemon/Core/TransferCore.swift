@@ -86,7 +86,7 @@ public final class TransferCore: Sendable {
     let engine: TransferEngine
     /// The global speed limit: every transfer of every owner passes it.
     let globalLimiter: BandwidthLimiter
-    /// The slots the transfers started ahead wait for (with a look-ahead).
+    /// Where every run takes its slot, with a look-ahead (standby ones wait there for one).
     let gate: RunGate
     let configuration: Configuration
     let logger: Logger

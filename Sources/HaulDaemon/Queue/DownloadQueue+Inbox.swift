@@ -17,7 +17,7 @@ extension DownloadQueue {
         case start(TransferScheduler.Entry)
         /// Its run ended with this outcome.
         case ended(Int64, TransferOutcome)
-        /// Its run, started ahead of a free slot, has one now: it is active from now on.
+        /// Its run has its slot at the core's gate now: it is active from now on.
         case admitted(Int64)
 
         var downloadID: Int64 {
@@ -120,8 +120,8 @@ extension DownloadQueue {
         self.admitted(admitted)
     }
 
-    /// Runs started ahead of a free slot have one now: listed and counted as active from now
-    /// on. One whose run is over already (its end handled) is left as its end made it.
+    /// Runs have their slots now: listed and counted as active from now on. One whose run is over
+    /// already (its end handled) is left as its end made it.
     private func admitted(_ ids: [Int64]) {
         guard !ids.isEmpty else { return }
         let changed = self.state.withLock { state -> [Running] in

@@ -179,10 +179,8 @@ extension DownloadQueue.State {
     mutating func saved(_ row: StoredDownload, as info: QueuedDownloadInfo) {
         self.waitingRows.saved(row)
         guard let id = row.id, self.running[id] != nil else { return self.index.put(info) }
-        var info = info
-        // A run started ahead waits for a slot: listed (and counted) as waiting until it has one.
-        if !self.running[id]!.isAdmitted, info.state == .active { info.state = .waiting }
-        self.index.put(info, prepared: false)
+        // Listed (and counted) as waiting until its run has its slot.
+        self.index.put(DownloadQueue.listed(info, admitted: self.running[id]!.isAdmitted), prepared: false)
         self.running[id]!.stored = row
     }
 }

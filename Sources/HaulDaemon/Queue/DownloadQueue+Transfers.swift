@@ -203,8 +203,8 @@ extension DownloadQueue {
         // checksum with mirror bytes before).
         let distrusted = self.state.withLock { $0.mirrorsDistrusted.contains(id) }
         let mirrors = distrusted ? [] : download.urls.filter { $0 != download.url }
-        // Started ahead of a free slot (the core's look-ahead): it waits in its run for one and
-        // is listed as waiting until it has it.
+        // With the core's look-ahead, its run takes its slot at the core's gate (at once, or
+        // when one frees): listed as waiting until it has it.
         let admission = self.core.admission(for: entry.id) { self.post([.admitted(id)]) }
         let run = TransferRun(
             engine: self.core.engine,

@@ -77,7 +77,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         /// Until when (monotonic seconds) the lease surely holds: measured from the moment the
         /// last claim or renewal that succeeded was sent.
         var leaseValidUntil: Double
-        /// Whether it has a slot: `false` while a run the core started ahead waits for one
+        /// Whether its run has its slot: `false` while it waits for one at the core's gate
         /// (``TransferCore/admission(for:admitted:)``); it is listed as waiting until then.
         var isAdmitted = true
     }
@@ -165,9 +165,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var limits = TransferCore.Limits(settings)
         if let maximum = self.configuration.maximumConcurrentOverride { limits.maximumConcurrent = maximum }
         // As many runs again (beyond those in slots) wait for a slot, each taking one on the
-        // engine's loop the moment a run ends there: a queue of small files no longer waits, at every end, for this
-        // queue's thread to hear of it and start the next (1,000 × 16 KiB on tmpfs, 31
-        // alternating rounds: 0.1005 → 0.0917 s, CPU 100.7 → 98.3 µs a file).
+        // engine's loop the moment a run ends there: a queue of small files no longer waits,
+        // at every end, for this queue's thread to hear of it and start the next (1,000 × 16
+        // KiB on tmpfs, 31 alternating rounds: 0.1005 → 0.0917 s, CPU 100.7 → 98.3 µs a file).
         // Not in a fleet: a download started ahead is claimed, and a claim is the fleet's
         // to see; starting early there would hold downloads other daemons could run.
         limits.lookAhead = self.store.isShared ? 0 : min(16, limits.maximumConcurrent)
@@ -379,15 +379,23 @@ public final class DownloadQueue: TransferOwner, Sendable {
         return Self.overlay(download.info, live: running)
     }
 
-    /// `info` with the live numbers of its running transfer; a run started ahead that has no
-    /// slot yet is shown waiting.
+    /// A running download as listed: waiting until its run has its slot at the core's gate
+    /// (``Running/isAdmitted``), active from then on.
+    static func listed(_ info: QueuedDownloadInfo, admitted: Bool) -> QueuedDownloadInfo {
+        guard !admitted, info.state == .active else { return info }
+        var info = info
+        info.state = .waiting
+        return info
+    }
+
+    /// `info` with the live numbers of its running transfer, listed as ``listed(_:admitted:)``
+    /// says.
     static func overlay(_ info: QueuedDownloadInfo, live running: Running) -> QueuedDownloadInfo {
         Self.overlay(info, live: running.transfer, standby: !running.isAdmitted)
     }
 
     static func overlay(_ info: QueuedDownloadInfo, live transfer: TrackedTransfer, standby: Bool) -> QueuedDownloadInfo {
-        var info = info
-        if standby, info.state == .active { info.state = .waiting }
+        var info = Self.listed(info, admitted: !standby)
         info.bytesDone = transfer.bytesDone
         info.totalBytes = transfer.totalBytes ?? info.totalBytes
         if info.fileName == nil { info.fileName = transfer.suggestedName }
@@ -776,8 +784,8 @@ public final class DownloadQueue: TransferOwner, Sendable {
     }
 
     /// Marks a running download as stopping for `intent`; returns its run to stop.
-    /// Stops the run of download `id` if it was started ahead and has no slot yet (it fetched
-    /// nothing and is listed as waiting): it waits again once its run ended, so a change to it
+    /// Stops the run of download `id` if it has no slot yet (it fetched nothing and is listed as
+    /// waiting): it waits again once its run ended, so a change to it
     /// (its URL, its place in the queue) applies as to any waiting download. Whether it was.
     func requeueIfStandby(_ id: Int64) -> Bool {
         let run = self.state.withLock { state -> TransferRun? in

@@ -1,6 +1,6 @@
-/// A slot a ``TransferRun`` waits for before its first request and gives back when it ends:
-/// how hauld's core lets transfers it started ahead take a slot the moment one frees, on the
-/// loop where it frees (``TransferRun/init(engine:request:destination:resourceTimeout:bandwidthLimiters:maximumConnections:mirrors:mirrorPolicy:opensUnnamedFile:admission:observer:)``).
+/// A slot a ``TransferRun`` takes before its first request (waiting for it if none is free) and
+/// gives back when it ends: how hauld's core lets transfers it started ahead take a slot the
+/// moment one frees, on the loop where it frees (``TransferRun/init(engine:request:destination:resourceTimeout:bandwidthLimiters:maximumConnections:mirrors:mirrorPolicy:opensUnnamedFile:admission:observer:)``).
 package protocol RunAdmission: Sendable {
     /// Waits for the slot. Called once per run, from the run's task, before anything else.
     ///

@@ -97,8 +97,8 @@ package final class TransferRun: Sendable {
     /// is handed to the owner to link under its final name (``takeUnnamedFile()``). A small
     /// complete body (at most 64 KiB) is then written on the event loop itself: no thread hop.
     let opensUnnamedFile: Bool
-    /// The slot the run waits for before its first request, if it was started ahead of one
-    /// (hauld's look-ahead); `nil`: it starts at once.
+    /// The slot the run takes before its first request, waiting for it if none is free
+    /// (hauld's core with a look-ahead); `nil`: it starts at once.
     let admission: (any RunAdmission)?
     /// Whether a fresh body goes into an unnamed file: asked for, and no earlier partial file
     /// to continue (a resumed download keeps writing its named one).
