@@ -32,6 +32,13 @@ struct RunGateTests {
         }
     }
 
+    /// Waits (at most 5 s) until the entries admitted are `expected`, in order: a wrong one
+    /// admitted fails the test instead of leaving it waiting for the right one forever.
+    static func waitUntil(_ order: Order, is expected: [Int64]) async throws {
+        for _ in 0..<500 where order.all.count < expected.count { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(order.all == expected)
+    }
+
     /// Waits (at most 5 s) until `count` runs wait at the gate.
     static func waitUntil(_ gate: RunGate, waiting count: Int) async throws {
         for _ in 0..<500 where gate.counts.waiting != count { try await Task.sleep(for: .milliseconds(10)) }
@@ -54,15 +61,15 @@ struct RunGateTests {
         try await Self.waitUntil(gate, waiting: 3)
         // Host b's slot frees: host a is still full (1 per host), so c gets it, not a better-ranked a.
         gate.leave(host: "b")
-        #expect(await other.value)
+        try await Self.waitUntil(order, is: [3])
         // Host a's frees: the higher priority goes first though it came later.
         gate.leave(host: "a")
-        #expect(await high.value)
+        try await Self.waitUntil(order, is: [3, 8])
         try await Self.waitUntil(gate, waiting: 1)
         gate.leave(host: "a")
-        #expect(await low.value)
-        #expect(order.all == [3, 8, 7])
+        try await Self.waitUntil(order, is: [3, 8, 7])
         #expect(gate.counts.admitted == 2)
+        for task in [low, high, other] { task.cancel() }
     }
 
     @Test("A waiter whose task is cancelled leaves the line and takes no slot")
@@ -78,8 +85,8 @@ struct RunGateTests {
         #expect(await cancelled.value == false)
         try await Self.waitUntil(gate, waiting: 1)
         gate.leave(host: "a")
-        #expect(await next.value)
-        #expect(order.all == [3])
+        try await Self.waitUntil(order, is: [3])
+        next.cancel()
         // Cancelled before asking: no slot either, even a free one.
         gate.leave(host: "a")
         let early = Task {
@@ -99,8 +106,7 @@ struct RunGateTests {
         let third = Self.enter(gate, Self.entry(3), order: order)
         try await Self.waitUntil(gate, waiting: 2)
         gate.setLimits(.init(maximumConcurrent: 3, maximumPerHost: 4))
-        #expect(await second.value)
-        #expect(await third.value)
+        try await Self.waitUntil(order, is: [2, 3])
         #expect(gate.counts.admitted == 3)
         gate.setLimits(.init(maximumConcurrent: 1, maximumPerHost: 4))
         let fourth = Self.enter(gate, Self.entry(4), order: order)
@@ -110,7 +116,8 @@ struct RunGateTests {
         // Two slots are still taken of a limit of one: the fourth waits.
         #expect(gate.counts.waiting == 1)
         gate.leave(host: "a")
-        #expect(await fourth.value)
+        try await Self.waitUntil(order, is: [2, 3, 4])
+        for task in [second, third, fourth] { task.cancel() }
     }
 
     /// A segmented download's point whose first bytes are missing (its offset is 0): the
