@@ -151,6 +151,68 @@ struct TransferStoreTests {
         #expect(try reopened.task(id: 1)?.sessionIdentifier == "s")
     }
 
+    @Test("A store on disk keeps statement journals in memory: a batch inserted into a large queue writes no temporary file")
+    func statementJournalsStayInMemory() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("store-\(UUID().uuidString).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
+        let store = try TransferStore.open(path: path)
+        func rows(_ prefix: String, _ count: Int) -> [StoredDownload] {
+            (0..<count).map { StoredDownload(urls: [URL(string: "http://127.0.0.1/\(prefix)\($0)")!], directory: "/d", requestedName: nil, checksum: nil, priority: 0, speedLimit: 0) }
+        }
+        // Random gids put each statement's 32 rows on pages all over the gid index, pages the
+        // batch changed already: their journal outgrows SQLite's 64 KiB in memory.
+        for batch in 0..<8 { _ = try store.insert(rows("q\(batch)-", 1_000)) }
+        let watch = try TemporaryFileWatch(directory: Self.sqliteTemporaryDirectory())
+        try store.batch {
+            _ = try store.insert(rows("a-", 1_000))
+            _ = try store.insert(rows("b-", 1_000))
+        }
+        #expect(try watch.created().filter { $0.hasPrefix("etilqs_") } == [])
+        #expect(try store.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM queuedDownload") } == 10_000)
+    }
+
+    /// Where SQLite puts its temporary files: the first of these that is a writable directory.
+    static func sqliteTemporaryDirectory() -> String {
+        let environment = ProcessInfo.processInfo.environment
+        let candidates = [environment["SQLITE_TMPDIR"], environment["TMPDIR"], "/var/tmp", "/usr/tmp", "/tmp", "."]
+        return candidates.compactMap { $0 }.first { path in
+            var isDirectory: ObjCBool = false
+            return FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && isDirectory.boolValue && access(path, W_OK | X_OK) == 0
+        } ?? "."
+    }
+
+    /// The names of files created in a directory from now on (inotify).
+    final class TemporaryFileWatch {
+        private let descriptor: Int32
+
+        init(directory: String) throws {
+            self.descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+            guard self.descriptor >= 0, inotify_add_watch(self.descriptor, directory, UInt32(IN_CREATE)) >= 0 else {
+                throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+            }
+        }
+
+        deinit { close(self.descriptor) }
+
+        func created() throws -> [String] {
+            var names: [String] = []
+            var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+            while true {
+                let count = buffer.withUnsafeMutableBytes { read(self.descriptor, $0.baseAddress, $0.count) }
+                guard count > 0 else { break }
+                var offset = 0
+                // Each event: wd, mask, cookie, len (4 bytes each), then len bytes of name.
+                while offset + 16 <= count {
+                    let length = buffer[offset + 12..<offset + 16].withUnsafeBytes { Int($0.loadUnaligned(as: UInt32.self)) }
+                    let name = buffer[offset + 16..<offset + 16 + length].prefix { $0 != 0 }
+                    names.append(String(decoding: name, as: UTF8.self))
+                    offset += 16 + length
+                }
+            }
+            return names
+        }
+    }
+
     struct Refused: Error {}
 
     /// Runs `body` on a new thread (not a dispatch queue's, which a `sync` call would run on
