@@ -2,6 +2,7 @@ import Foundation
 import HaulCore
 @testable import HaulDaemon
 import HaulEngine
+import HaulTestSupport
 import Logging
 import Synchronization
 import Testing
@@ -118,6 +119,74 @@ struct RunGateTests {
         gate.leave(host: "a")
         try await Self.waitUntil(order, is: [2, 3, 4])
         for task in [second, third, fourth] { task.cancel() }
+    }
+
+    @Test("A ticket is taken out of the line only while it holds no slot: a waiting one leaves it, one not entered yet is refused when it enters, one holding a slot or done with it stays")
+    func withdrawal() async throws {
+        let gate = RunGate(limits: .init(maximumConcurrent: 1, maximumPerHost: 1))
+        var stops: [Int64] = []
+        let holder = RunGate.Ticket(gate: gate, entry: Self.entry(1)) {}
+        try await holder.enter()
+        #expect(!holder.withdraw { stops.append(1) }, "it holds the slot")
+        let waiting = RunGate.Ticket(gate: gate, entry: Self.entry(2, priority: 5)) {}
+        let waited = Task {
+            do { try await waiting.enter(); return true } catch { return false }
+        }
+        try await Self.waitUntil(gate, waiting: 1)
+        #expect(waiting.withdraw { stops.append(2) })
+        #expect(await waited.value == false, "its enter throws")
+        #expect(gate.counts == (admitted: 1, waiting: 0))
+        let early = RunGate.Ticket(gate: gate, entry: Self.entry(3)) {}
+        #expect(early.withdraw { stops.append(3) })
+        holder.leave()
+        // A slot is free, and still the withdrawn ticket does not get it.
+        await #expect(throws: CancellationError.self) { try await early.enter() }
+        #expect(gate.counts == (admitted: 0, waiting: 0))
+        #expect(!holder.withdraw { stops.append(4) }, "done with its slot: nothing to take back")
+        #expect(stops == [2, 3])
+    }
+
+    @Test("A run stops unless admitted: one waiting for its slot ends stopped with nothing sent, one holding it runs on to the end")
+    func runStopsUnlessAdmitted() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let core = TransferCore(limits: .init(maximumConcurrent: 1, maximumPerHost: 1, globalSpeedLimit: 0), logger: Logger(label: "run-gate-test"))
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-gate-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let gate = RunGate(limits: .init(maximumConcurrent: 1, maximumPerHost: 1))
+        let owner = RecordingOwner()  // a transfer holds its owner unowned
+        func run(_ name: String, _ number: Int64) -> TransferRun {
+            let url = server.url("/file/\(name)?size=200000&rate=400000")
+            return TransferRun(
+                engine: core.engine,
+                request: TransferRequest(url: url, method: "GET", headers: HTTPHeaderFields()),
+                destination: .file(path: directory.appendingPathComponent(name).path, resume: nil),
+                resourceTimeout: nil,
+                admission: RunGate.Ticket(gate: gate, entry: Self.entry(number)) {},
+                observer: TrackedTransfer(id: TransferID(.queue, number), owner: owner, url: url, startingPoint: nil, totalBytes: nil, cadence: .init())
+            )
+        }
+        let first = run("first", 1)
+        let firstEnded = Task { await Self.outcome(of: first) }
+        for _ in 0..<500 where server.bodyBytesSent(forKey: "first") == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        let second = run("second", 2)
+        let secondEnded = Task { await Self.outcome(of: second) }
+        try await Self.waitUntil(gate, waiting: 1)
+        #expect(!first.stopUnlessAdmitted(.pause), "fetching: left alone")
+        #expect(second.stopUnlessAdmitted(.pause))
+        guard case .stopped(.pause, nil, _) = await secondEnded.value else {
+            Issue.record("the waiting run did not end stopped")
+            return
+        }
+        guard case .completed(_, let total) = await firstEnded.value else {
+            Issue.record("the admitted run did not complete")
+            return
+        }
+        #expect(total == 200_000)
+        #expect(server.bodyBytesSent(forKey: "second") == 0, "nothing asked for")
+        #expect(gate.counts == (admitted: 0, waiting: 0))
+        withExtendedLifetime(owner) {}
+        await core.shutdown()
     }
 
     /// A segmented download's point whose first bytes are missing (its offset is 0): the

@@ -13,7 +13,7 @@ final class RecordingOwner: TransferOwner {
         self.starts.withLock { $0.append(entries.map(\.id.number)) }
     }
 
-    func yieldTransfer(_ number: Int64) {}
+    func yieldTransfer(_ number: Int64, onlyIfWaiting: Bool) {}
     func stopForShutdown() {}
     func settle() async {}
     func transferResponded(_ transfer: TrackedTransfer, resumedAtOffset: Int64?, expectedTotal: Int64?) {}

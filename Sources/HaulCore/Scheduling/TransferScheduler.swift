@@ -106,6 +106,10 @@ public struct TransferScheduler: Sendable {
         /// Stop this running transfer, keeping its bytes, and make it ready again once stopped
         /// (``ended(_:now:)`` then ``add(_:now:)``). Its slot is taken until then.
         case yield(TransferID)
+        /// Stop this standby transfer as ``yield(_:)`` does if its run still waits for a slot;
+        /// one that took a slot since (it may be fetching already) runs on, and its owner says
+        /// so with ``yieldRefused(_:now:)``.
+        case yieldIfWaiting(TransferID)
         /// Send ``timePassed(now:)`` at this time (replaces any earlier request).
         case wakeUp(at: Double)
     }
@@ -269,6 +273,16 @@ public struct TransferScheduler: Sendable {
         guard let running = self.running[id], running.isStandby else { return }
         self.running[id]!.isStandby = false
         self.leaveStandby(running.entry.host)
+    }
+
+    /// The standby transfer `id` asked to yield (``Action/yieldIfWaiting(_:)``) had a slot by
+    /// then: it holds it (as ``admitted(_:)`` says, whichever of the two is heard first) and
+    /// yields nothing; the heads it was to serve are decided anew.
+    public mutating func yieldRefused(_ id: TransferID, now: Double) -> [Action] {
+        guard let running = self.running[id], running.isYielding else { return [] }
+        self.running[id]!.isYielding = false
+        self.admitted(id)
+        return self.decide(now: now)
     }
 
     private mutating func leaveStandby(_ host: String) {
@@ -466,7 +480,7 @@ public struct TransferScheduler: Sendable {
                 .min { Self.isWorse($0, than: $1) }
             guard let victim else { continue }
             self.running[victim.id]!.isYielding = true
-            actions.append(.yield(victim.id))
+            actions.append(self.running[victim.id]!.isStandby ? .yieldIfWaiting(victim.id) : .yield(victim.id))
         }
         return actions
     }
@@ -498,7 +512,7 @@ public struct TransferScheduler: Sendable {
                 standbyPerHost[entry.host, default: 0] += 1
             } else {
                 self.running[entry.id]!.isYielding = true
-                actions.append(.yield(entry.id))
+                actions.append(.yieldIfWaiting(entry.id))
             }
         }
         return actions

@@ -14,6 +14,10 @@ import Synchronization
 /// The rank is what the transfers are, not the scheduler's fairness between owners (which
 /// decided who started): at most the look-ahead's worth of waiters can be admitted in another
 /// order than the scheduler would have started them.
+///
+/// A run is taken out of the line (``withdraw(_:stopping:)``) only while it holds no slot: the
+/// scheduler's wish that a standby transfer yield reaches its owner a moment after the
+/// decision, and a run admitted meanwhile may be fetching already.
 final class RunGate: Sendable {
     struct Limits: Sendable, Hashable {
         var maximumConcurrent: Int
@@ -24,6 +28,17 @@ final class RunGate: Sendable {
         var number: UInt64
         var entry: TransferScheduler.Entry
         var continuation: CheckedContinuation<Void, any Error>
+        /// A ticket's: its place is kept (``State/places``).
+        var tracked: Bool
+    }
+
+    /// Where a ticket is: in the line, holding a slot, taken out before it entered, or done
+    /// with its slot.
+    private enum Place {
+        case waiting
+        case holding
+        case withdrawn
+        case done
     }
 
     private struct State {
@@ -31,6 +46,9 @@ final class RunGate: Sendable {
         var admitted = 0
         var admittedPerHost: [String: Int] = [:]
         var waiters: [Waiter] = []
+        /// Each ticket that entered or was withdrawn, until it is released (none for a ticket
+        /// that has not entered yet).
+        var places: [UInt64: Place] = [:]
         var nextNumber: UInt64 = 0
 
         func fits(_ host: String) -> Bool {
@@ -54,6 +72,7 @@ final class RunGate: Sendable {
                 guard let best else { break }
                 let waiter = self.waiters.remove(at: best)
                 self.take(waiter.entry.host)
+                if waiter.tracked { self.places[waiter.number] = .holding }
                 admitted.append(waiter)
             }
             return admitted
@@ -76,29 +95,52 @@ final class RunGate: Sendable {
         for waiter in admitted { waiter.continuation.resume() }
     }
 
-    /// Waits for a slot for `entry`'s transfer; one that fits is taken without suspending.
-    ///
-    /// - Throws: `CancellationError` when the calling task is cancelled while waiting.
-    func enter(_ entry: TransferScheduler.Entry) async throws {
-        let number = try self.state.withLock { state throws(CancellationError) -> UInt64? in
-            if Task.isCancelled { throw CancellationError() }
-            if state.fits(entry.host) {
-                state.take(entry.host)
-                return nil
-            }
+    /// A number for a new ticket.
+    func issueNumber() -> UInt64 {
+        self.state.withLock { state in
             state.nextNumber += 1
             return state.nextNumber
         }
-        guard let number else { return }
+    }
+
+    /// Waits for a slot for `entry`'s transfer; one that fits is taken without suspending.
+    /// `number`: the ticket's (``issueNumber()``); an entry without one gets a number here.
+    ///
+    /// - Throws: `CancellationError` when the calling task is cancelled while waiting, or when
+    ///   the ticket was withdrawn.
+    func enter(_ entry: TransferScheduler.Entry, number ticket: UInt64? = nil) async throws {
+        let number = ticket ?? self.issueNumber()
+        // Where a ticket is, is kept for its withdrawal and until it is released.
+        let tracked = ticket != nil
+        let waits = try self.state.withLock { state throws(CancellationError) -> Bool in
+            if state.places[number] == .withdrawn {
+                state.places[number] = nil
+                throw CancellationError()
+            }
+            if Task.isCancelled { throw CancellationError() }
+            if state.fits(entry.host) {
+                state.take(entry.host)
+                if tracked { state.places[number] = .holding }
+                return false
+            }
+            return true
+        }
+        guard waits else { return }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let outcome: Result<Bool, any Error> = self.state.withLock { state in
+                    if state.places[number] == .withdrawn {
+                        state.places[number] = nil
+                        return .failure(CancellationError())
+                    }
                     if Task.isCancelled { return .failure(CancellationError()) }
                     if state.fits(entry.host) {
                         state.take(entry.host)
+                        if tracked { state.places[number] = .holding }
                         return .success(true)
                     }
-                    state.waiters.append(Waiter(number: number, entry: entry, continuation: continuation))
+                    state.waiters.append(Waiter(number: number, entry: entry, continuation: continuation, tracked: tracked))
+                    if tracked { state.places[number] = .waiting }
                     return .success(false)
                 }
                 switch outcome {
@@ -110,15 +152,53 @@ final class RunGate: Sendable {
         } onCancel: {
             let waiter = self.state.withLock { state -> Waiter? in
                 guard let index = state.waiters.firstIndex(where: { $0.number == number }) else { return nil }
+                state.places[number] = nil
                 return state.waiters.remove(at: index)
             }
             waiter?.continuation.resume(throwing: CancellationError())
         }
     }
 
-    /// Gives back a slot of `host`; the best-ranked waiters that fit take the free slots.
-    func leave(host: String) {
+    /// Takes ticket `number` out of the line unless it holds a slot: a waiting one leaves the
+    /// line (its ``enter(_:number:)`` throws), one that has not entered yet is refused when it
+    /// does. `stop` runs under the gate's lock when the ticket is taken out, before any
+    /// admission could happen.
+    ///
+    /// - Returns: whether the ticket was taken out (`false`: it holds a slot).
+    func withdraw(_ number: UInt64, stopping stop: () -> Void) -> Bool {
+        let outcome = self.state.withLock { state -> (withdrawn: Bool, waiter: Waiter?) in
+            switch state.places[number] {
+            case .holding, .done:
+                return (false, nil)
+            case .waiting:
+                stop()
+                state.places[number] = nil
+                guard let index = state.waiters.firstIndex(where: { $0.number == number }) else { return (true, nil) }
+                return (true, state.waiters.remove(at: index))
+            case .withdrawn:
+                return (true, nil)
+            case nil:
+                // Not entered yet (or left the line cancelled): the mark goes when it enters or
+                // when the ticket is released.
+                stop()
+                state.places[number] = .withdrawn
+                return (true, nil)
+            }
+        }
+        outcome.waiter?.continuation.resume(throwing: CancellationError())
+        return outcome.withdrawn
+    }
+
+    /// Ticket `number` is gone: where it was is forgotten.
+    func release(_ number: UInt64) {
+        self.state.withLock { _ = $0.places.removeValue(forKey: number) }
+    }
+
+    /// Gives back a slot of `host` (held by ticket `number`, if given); the best-ranked
+    /// waiters that fit take the free slots.
+    func leave(host: String, number: UInt64? = nil) {
         let admitted = self.state.withLock { state in
+            if let number { state.places[number] = .done }
             state.admitted -= 1
             state.admittedPerHost[host, default: 1] -= 1
             if state.admittedPerHost[host] == 0 { state.admittedPerHost[host] = nil }
@@ -138,20 +218,30 @@ final class RunGate: Sendable {
         let gate: RunGate
         let entry: TransferScheduler.Entry
         let admitted: @Sendable () -> Void
+        let number: UInt64
 
         init(gate: RunGate, entry: TransferScheduler.Entry, admitted: @escaping @Sendable () -> Void) {
             self.gate = gate
             self.entry = entry
             self.admitted = admitted
+            self.number = gate.issueNumber()
+        }
+
+        deinit {
+            self.gate.release(self.number)
         }
 
         func enter() async throws {
-            try await self.gate.enter(self.entry)
+            try await self.gate.enter(self.entry, number: self.number)
             self.admitted()
         }
 
+        func withdraw(stopping stop: () -> Void) -> Bool {
+            self.gate.withdraw(self.number, stopping: stop)
+        }
+
         func leave() {
-            self.gate.leave(host: self.entry.host)
+            self.gate.leave(host: self.entry.host, number: self.number)
         }
     }
 }

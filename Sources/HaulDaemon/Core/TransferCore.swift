@@ -165,6 +165,12 @@ public final class TransferCore: Sendable {
         self.decide { $0.ended(id, now: $1) }
     }
 
+    /// The standby transfer `id`, asked to yield if its run still waited for a slot, had one
+    /// already: it runs on (``TransferScheduler/yieldRefused(_:now:)``).
+    func yieldRefused(_ id: TransferID) {
+        self.decide { $0.yieldRefused(id, now: $1) }
+    }
+
     /// Many transfers ended (an owner handled their ends together): one decision.
     func ended(_ ids: [TransferID]) {
         guard !ids.isEmpty else { return }
@@ -293,7 +299,9 @@ public final class TransferCore: Sendable {
                 }
                 starts[id.owner, default: []].append(entry)
             case .yield(let id):
-                owners[id.owner]?.owner?.yieldTransfer(id.number)
+                owners[id.owner]?.owner?.yieldTransfer(id.number, onlyIfWaiting: false)
+            case .yieldIfWaiting(let id):
+                owners[id.owner]?.owner?.yieldTransfer(id.number, onlyIfWaiting: true)
             case .wakeUp(let at):
                 self.scheduleWakeUp(at: at)
             }

@@ -17,8 +17,13 @@ protocol TransferOwner: AnyObject, Sendable {
 
     /// Stop the running transfer `number`, keeping its bytes, and make it ready again once it
     /// stopped (``TransferCore/ended(_:)`` then ``TransferCore/enqueue(_:)``). A limit went down, or
-    /// a non-discretionary transfer needs the slot of this discretionary one.
-    func yieldTransfer(_ number: Int64)
+    /// a non-discretionary transfer needs the slot of this discretionary one, or a better-ranked
+    /// one the place of this one started ahead.
+    ///
+    /// `onlyIfWaiting` (a transfer started ahead): only if its run still waits for its slot
+    /// (``TransferRun/stopUnlessAdmitted(_:)``); one that has its slot runs on untouched, and the
+    /// owner tells ``TransferCore/yieldRefused(_:)``.
+    func yieldTransfer(_ number: Int64, onlyIfWaiting: Bool)
 
     /// The daemon is stopping: stop every running transfer, keeping its checkpoint.
     func stopForShutdown()

@@ -13,9 +13,16 @@ extension DownloadQueue {
         self.post(entries.map { .start($0) })
     }
 
-    func yieldTransfer(_ number: Int64) {
+    func yieldTransfer(_ number: Int64, onlyIfWaiting: Bool) {
         self.work.async {
-            if let run = self.stopRunning(number, intent: .requeue) { run.stop(.pause) }
+            guard onlyIfWaiting else {
+                if let run = self.stopRunning(number, intent: .requeue) { run.stop(.pause) }
+                return
+            }
+            guard let run = self.state.withLock({ $0.running[number]?.run }) else { return }
+            // Its end is handled on this queue, after the intent below is set.
+            guard run.stopUnlessAdmitted(.pause) else { return self.core.yieldRefused(TransferID(.queue, number)) }
+            _ = self.stopRunning(number, intent: .requeue)
         }
     }
 

@@ -788,13 +788,16 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// waiting): it waits again once its run ended, so a change to it
     /// (its URL, its place in the queue) applies as to any waiting download. Whether it was.
     func requeueIfStandby(_ id: Int64) -> Bool {
+        dispatchPrecondition(condition: .onQueue(self.work))
         let run = self.state.withLock { state -> TransferRun? in
             guard let running = state.running[id], !running.isAdmitted, running.intent == nil else { return nil }
-            state.running[id]!.intent = .requeue
             return running.run
         }
-        run?.stop(.pause)
-        return run != nil
+        // One admitted a moment ago (not heard yet) may be fetching: it runs on. Its end is
+        // handled on this queue, after the intent is set.
+        guard let run, run.stopUnlessAdmitted(.pause) else { return false }
+        _ = self.stopRunning(id, intent: .requeue)
+        return true
     }
 
     func stopRunning(_ id: Int64, intent: StopIntent) -> TransferRun? {

@@ -352,14 +352,21 @@ public final class TransferDaemon: TransferOwner, Sendable {
         self.startRun(task)
     }
 
-    func yieldTransfer(_ number: Int64) {
+    func yieldTransfer(_ number: Int64, onlyIfWaiting: Bool) {
         self.deliveryQueue.async {
-            let run = self.state.withLock { state -> TransferRun? in
-                guard state.active[number] != nil else { return nil }
-                state.active[number]!.yielded = true
-                return state.active[number]!.run
+            guard onlyIfWaiting else {
+                let run = self.state.withLock { state -> TransferRun? in
+                    guard state.active[number] != nil else { return nil }
+                    state.active[number]!.yielded = true
+                    return state.active[number]!.run
+                }
+                run?.stop(.pause)
+                return
             }
-            run?.stop(.pause)
+            guard let run = self.state.withLock({ $0.active[number]?.run }) else { return }
+            // Its end is handled on this queue, after `yielded` is set.
+            guard run.stopUnlessAdmitted(.pause) else { return self.core.yieldRefused(TransferID(.session, number)) }
+            self.state.withLock { $0.active[number]?.yielded = true }
         }
     }
 

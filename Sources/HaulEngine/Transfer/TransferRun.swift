@@ -173,6 +173,25 @@ package final class TransferRun: Sendable {
         self.state.withLock { $0.segments }?.stop()
     }
 
+    /// Stops the run if it does not hold its slot yet (it waits for one at its ``RunAdmission``,
+    /// or has not asked yet): it has sent nothing, and ends `.stopped` with `reason` and the
+    /// point it started from. A run holding its slot (it may be fetching), or taking none, is
+    /// left alone.
+    ///
+    /// - Returns: whether the run was stopped.
+    package func stopUnlessAdmitted(_ reason: StopReason) -> Bool {
+        guard let admission = self.admission else { return false }
+        // The reason is set before the run can learn it was taken out of the line: it ends
+        // stopped, not failed by the cancellation.
+        let withdrawn = admission.withdraw {
+            self.state.withLock { state in
+                if state.stopReason == nil { state.stopReason = reason }
+            }
+        }
+        // Taken out, its task ends at the gate (at once if it waits there) with nothing sent.
+        return withdrawn
+    }
+
     /// What each exchange of the run measured, in order. Complete once the run has ended.
     package var transactions: [TransactionRecord] { self.state.withLock { $0.transactions } }
 

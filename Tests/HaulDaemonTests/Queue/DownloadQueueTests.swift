@@ -366,14 +366,14 @@ struct DownloadQueueTests {
                 directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: index == 5 ? 10 : 0
             ).id)
         }
-        #expect(try await harness.queue.list().filter { $0.state == .active }.map(\.id) == [ids[0]])
+        // Each download takes two seconds: what is active below is what the limits let start.
+        #expect(try await harness.active(count: 1) == [ids[0]])
         _ = try await harness.queue.set("max-concurrent", to: "3")
-        try await Task.sleep(for: .milliseconds(150))
-        let running = try await harness.queue.list().filter { $0.state == .active }.map(\.id).sorted()
+        let running = try await harness.active(count: 3)
         #expect(running.count == 3 && running.contains(ids[5]), "the high-priority download started first: \(running)")
         _ = try await harness.queue.set("max-concurrent", to: "1")
-        try await Task.sleep(for: .milliseconds(300))
-        #expect(try await harness.queue.list().filter { $0.state == .active }.count == 1, "lowering the limit requeues the surplus at once")
+        // At once: well before the first of them could end.
+        #expect(try await harness.active(count: 1, timeout: .seconds(1)).count == 1, "lowering the limit requeues the surplus at once")
         harness.peakActive.withLock { $0 = 1 }
         _ = try await harness.queue.set("max-per-host", to: "2")
         _ = try await harness.queue.set("max-concurrent", to: "5")

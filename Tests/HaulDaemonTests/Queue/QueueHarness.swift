@@ -65,6 +65,18 @@ final class QueueHarness: Sendable {
         throw QueueTestError("download \(id) did not become \(state.rawValue) in time")
     }
 
+    /// Waits until `count` downloads are listed active (each run has its slot at the core's
+    /// gate by then), returning their ids in order; what is active when `timeout` passes
+    /// otherwise.
+    func active(count: Int, timeout: Duration = .seconds(10)) async throws -> [Int64] {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let active = try await self.queue.list().filter { $0.state == .active }.map(\.id).sorted()
+            if active.count == count || ContinuousClock.now >= deadline { return active }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
     /// Waits until `condition` holds for download `id`.
     func wait(for id: Int64, timeout: Duration = .seconds(30), until condition: (QueuedDownloadInfo) -> Bool) async throws -> QueuedDownloadInfo {
         let deadline = ContinuousClock.now + timeout
