@@ -28,8 +28,6 @@ final class RunGate: Sendable {
         var number: UInt64
         var entry: TransferScheduler.Entry
         var continuation: CheckedContinuation<Void, any Error>
-        /// A ticket's: its place is kept (``State/places``).
-        var tracked: Bool
     }
 
     /// Where a ticket is: in the line, holding a slot, taken out before it entered, or done
@@ -72,7 +70,8 @@ final class RunGate: Sendable {
                 guard let best else { break }
                 let waiter = self.waiters.remove(at: best)
                 self.take(waiter.entry.host)
-                if waiter.tracked { self.places[waiter.number] = .holding }
+                // A ticket's place is kept (a waiting one's is known).
+                if self.places[waiter.number] == .waiting { self.places[waiter.number] = .holding }
                 admitted.append(waiter)
             }
             return admitted
@@ -139,7 +138,7 @@ final class RunGate: Sendable {
                         if tracked { state.places[number] = .holding }
                         return .success(true)
                     }
-                    state.waiters.append(Waiter(number: number, entry: entry, continuation: continuation, tracked: tracked))
+                    state.waiters.append(Waiter(number: number, entry: entry, continuation: continuation))
                     if tracked { state.places[number] = .waiting }
                     return .success(false)
                 }

@@ -93,7 +93,7 @@ extension DownloadQueue {
             // started ahead is listed as waiting: moved, it waits again for its new turn (once its
             // run has stopped; one moved ahead of it makes it yield anyway).
             for row in renumbered + [updated] where row.state == .waiting { self.core.enqueue(Self.entry(for: row)) }
-            if updated.state != .waiting { _ = self.requeueIfStandby(id) }
+            if updated.state != .waiting { _ = self.requeue(id, onlyIfWaiting: true) }
             self.publish(.changed(self.info(for: updated)))
             return target
         }
@@ -130,7 +130,7 @@ extension DownloadQueue {
             let primaryChanged = urls[0] != download.urls[0]
             let wasActive = download.state == .active
             // A running transfer keeps its connection unless its URL went away.
-            if wasActive, primaryChanged, let run = self.stopRunning(id, intent: .requeue) { run.stop(.pause) }
+            if wasActive, primaryChanged { _ = self.requeue(id, onlyIfWaiting: false) }
             guard let updated = try self.updateDownload(id: id, { row in
                 row.urls = finalURLs
                 if primaryChanged || row.urlIndex >= finalURLs.count {

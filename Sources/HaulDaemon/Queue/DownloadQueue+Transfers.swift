@@ -15,14 +15,8 @@ extension DownloadQueue {
 
     func yieldTransfer(_ number: Int64, onlyIfWaiting: Bool) {
         self.work.async {
-            guard onlyIfWaiting else {
-                if let run = self.stopRunning(number, intent: .requeue) { run.stop(.pause) }
-                return
-            }
-            guard let run = self.state.withLock({ $0.running[number]?.run }) else { return }
-            // Its end is handled on this queue, after the intent below is set.
-            guard run.stopUnlessAdmitted(.pause) else { return self.core.yieldRefused(TransferID(.queue, number)) }
-            _ = self.stopRunning(number, intent: .requeue)
+            // A run stopping already for another reason ends with it (and gives its slot back).
+            if self.requeue(number, onlyIfWaiting: onlyIfWaiting) == .holdsSlot { self.core.yieldRefused(TransferID(.queue, number)) }
         }
     }
 

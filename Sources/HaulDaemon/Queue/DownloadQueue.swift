@@ -711,7 +711,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         return try await self.onWork {
             let download = try self.existing(id)
             // Listed as waiting, so changed as a waiting one.
-            let standby = self.requeueIfStandby(id)
+            let standby = self.requeue(id, onlyIfWaiting: true) == .stopped
             guard download.state == .waiting || download.state == .paused || download.state == .error || standby else {
                 throw DaemonError("download \(id) is \(download.state.rawValue); pause it before changing its URL")
             }
@@ -783,23 +783,34 @@ public final class DownloadQueue: TransferOwner, Sendable {
         }
     }
 
-    /// Marks a running download as stopping for `intent`; returns its run to stop.
-    /// Stops the run of download `id` if it has no slot yet (it fetched nothing and is listed as
-    /// waiting): it waits again once its run ended, so a change to it
-    /// (its URL, its place in the queue) applies as to any waiting download. Whether it was.
-    func requeueIfStandby(_ id: Int64) -> Bool {
-        dispatchPrecondition(condition: .onQueue(self.work))
-        let run = self.state.withLock { state -> TransferRun? in
-            guard let running = state.running[id], !running.isAdmitted, running.intent == nil else { return nil }
-            return running.run
-        }
-        // One admitted a moment ago (not heard yet) may be fetching: it runs on. Its end is
-        // handled on this queue, after the intent is set.
-        guard let run, run.stopUnlessAdmitted(.pause) else { return false }
-        _ = self.stopRunning(id, intent: .requeue)
-        return true
+    /// What ``requeue(_:onlyIfWaiting:)`` did.
+    enum RequeueOutcome {
+        /// Its run stops; the download waits again once its end is handled.
+        case stopped
+        /// Its run holds its slot (it may be fetching) and runs on: asked only while waiting.
+        case holdsSlot
+        /// Nothing runs it, or its run is stopping already for another reason (paused,
+        /// removed, no longer this daemon's), which its end keeps.
+        case notRunning
     }
 
+    /// Stops the run of download `id` so that it waits again (a yield, or a change to a
+    /// download listed as waiting: its URL, its place in the queue); `onlyIfWaiting`: only while
+    /// its run still waits for its slot (``TransferRun/stopUnlessAdmitted(_:)``). On `work`: its
+    /// end, handled there too, finds the intent set.
+    func requeue(_ id: Int64, onlyIfWaiting: Bool) -> RequeueOutcome {
+        dispatchPrecondition(condition: .onQueue(self.work))
+        guard let run = self.state.withLock({ state in state.running[id].flatMap { $0.intent == nil ? $0.run : nil } }) else { return .notRunning }
+        if onlyIfWaiting {
+            guard run.stopUnlessAdmitted(.pause) else { return .holdsSlot }
+        } else {
+            run.stop(.pause)
+        }
+        _ = self.stopRunning(id, intent: .requeue)
+        return .stopped
+    }
+
+    /// Marks a running download as stopping for `intent`; returns its run to stop.
     func stopRunning(_ id: Int64, intent: StopIntent) -> TransferRun? {
         self.state.withLock { state in
             guard state.running[id] != nil else { return nil }

@@ -645,6 +645,32 @@ struct QueueServerNameTests {
 
 @Suite("Download queue: cancel and remove", .serialized)
 struct QueueCancelTests {
+    @Test("A download removed as the scheduler makes it yield stays removed: its partial file goes, and its row when asked", arguments: [false, true])
+    func removalOutlivesYield(deleteFromList: Bool) async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        _ = try await harness.queue.set("max-concurrent", to: "2")
+        _ = try await harness.queue.add(
+            urls: [server.url("/file/kept.bin?size=3000000&rate=400000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 5
+        )
+        let gone = try await harness.queue.add(
+            urls: [server.url("/file/gone.bin?size=3000000&rate=400000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 0
+        )
+        let active = try await harness.wait(for: gone.id) { $0.bytesDone > 100_000 }
+        let partial = try #require(active.path)
+        #expect(await waitUntilTrue { FileManager.default.fileExists(atPath: partial) })
+        // Removed, and the limit lowered before the core hears of its end: the scheduler makes
+        // the lowest-ranked running download yield, which is the one being removed.
+        try await harness.queue.cancel(id: gone.id, deleteFromList: deleteFromList)
+        _ = try await harness.queue.set("max-concurrent", to: "1")
+        #expect(await waitUntilTrue { !FileManager.default.fileExists(atPath: partial) }, "the partial file is deleted")
+        try await Task.sleep(for: .milliseconds(200))
+        let stored = try harness.queue.store.download(id: gone.id)
+        #expect(deleteFromList ? stored == nil : stored?.state == .removed)
+        #expect(try await harness.queue.list().allSatisfy { $0.id != gone.id })
+        await harness.close()
+    }
+
     @Test("Cancel deletes the partial file and keeps the entry as removed until purged; rm drops it")
     func cancelAndRemove() async throws {
         let server = try await FaultInjectingHTTPServer.start()
