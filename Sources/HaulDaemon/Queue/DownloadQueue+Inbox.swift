@@ -310,22 +310,21 @@ extension DownloadQueue {
         self.core.enqueue(ready)
     }
 
-    /// Starts `run` of download `id`; its end comes back through the inbox.
+    /// Starts `run` of download `id` (``launch(_:)``); its end comes back through the inbox.
     func launch(_ id: Int64, _ run: TransferRun) {
-        run.start { outcome in self.post([.ended(id, outcome)]) }
+        self.launch([(id, run)])
     }
 
-    /// Starts a drain's runs from the engine's event loop: one wake-up of the loop for all of
-    /// them (each run's task, started from its own loop, is queued there without another).
+    /// Starts runs from the engine's event loop, in the order given, with one wake-up of the
+    /// loop for all of them (each run's task, started from its own loop, is queued there
+    /// without another). Every launch goes this way: a run's task created off the loop would be
+    /// queued there ahead of the runs an earlier hop still carries (a download started ahead then
+    /// reached the gate, and took the slot, before one the scheduler had started in it).
     private func launch(_ runs: [(id: Int64, run: TransferRun)]) {
-        switch runs.count {
-        case 0: return
-        case 1: self.launch(runs[0].id, runs[0].run)
-        default:
-            let runs = runs.map { LaunchItem(id: $0.id, run: $0.run) }
-            self.core.engine.eventLoop.execute {
-                for item in runs { self.launch(item.id, item.run) }
-            }
+        guard !runs.isEmpty else { return }
+        let runs = runs.map { LaunchItem(id: $0.id, run: $0.run) }
+        self.core.engine.eventLoop.execute {
+            for item in runs { item.run.start { outcome in self.post([.ended(item.id, outcome)]) } }
         }
     }
 
