@@ -2,6 +2,7 @@ import Foundation
 import HaulCore
 @testable import HaulDaemon
 import Logging
+import NIOPosix
 import Synchronization
 import Testing
 
@@ -23,6 +24,19 @@ final class RecordingOwner: TransferOwner {
 
 @Suite("TransferCore: decisions made on an owner's thread")
 struct TransferCoreTests {
+    @Test("The daemon's servers answer on a loop the transfers do not run on, when there is another")
+    func serversBesideTheTransfers() async {
+        let core = TransferCore(limits: .init(maximumConcurrent: 1, maximumPerHost: 1, globalSpeedLimit: 0), logger: Logger(label: "core-test"))
+        let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
+        if loops.count > 1 {
+            #expect(core.serviceLoop !== core.engine.eventLoop)
+            #expect(loops.contains { $0 === core.serviceLoop })
+        } else {
+            #expect(core.serviceLoop === core.engine.eventLoop, "one loop: the servers share it")
+        }
+        await core.shutdown()
+    }
+
     static func entry(_ owner: TransferOwnerKind, _ number: Int64) -> TransferScheduler.Entry {
         TransferScheduler.Entry(id: TransferID(owner, number), host: "http://127.0.0.1:1")
     }

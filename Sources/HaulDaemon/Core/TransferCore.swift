@@ -2,6 +2,8 @@ import Foundation
 import HaulCore
 import HaulEngine
 import Logging
+import NIOCore
+import NIOPosix
 import Synchronization
 
 /// hauld's one transfer core: one ``TransferEngine`` (one connection pool), one
@@ -84,6 +86,11 @@ public final class TransferCore: Sendable {
     }
 
     let engine: TransferEngine
+    /// The loop the daemon's servers answer on (its socket, the web UI, the aria2 RPC): one the
+    /// engine's transfers do not run on when the shared group has another, so that decoding a
+    /// large `queueAdd` or encoding a list for a polling page never holds up a transfer's reads
+    /// and writes (every transfer of the daemon is on the engine's one loop).
+    public let serviceLoop: any EventLoop
     /// The global speed limit: every transfer of every owner passes it.
     let globalLimiter: BandwidthLimiter
     /// Where every run takes its slot, with a look-ahead (standby ones wait there for one).
@@ -91,6 +98,12 @@ public final class TransferCore: Sendable {
     let configuration: Configuration
     let logger: Logger
     private let state: Mutex<State>
+    /// Transfers whose runs took their slots at the gate since the last decision: heard on the
+    /// run's event loop, told to the scheduler at the start of the next decision. A lock of its
+    /// own, so that the loop never waits for a decision in progress (which holds `state`); until
+    /// then the scheduler counts such a transfer as standby *and* its slot as taken, so the slots
+    /// look fuller for a moment, never emptier (``TransferScheduler/admitted(_:)``).
+    private let admissions = Mutex<[TransferID]>([])
     /// Every decision, and every call to an owner, happens here, in order.
     private let decisions = DispatchQueue(label: "hauld.scheduler")
 
@@ -115,6 +128,8 @@ public final class TransferCore: Sendable {
         // directory: the loop had spent two thirds of its time creating files).
         engineConfiguration.offloadsSlowFileCreation = true
         self.engine = TransferEngine(configuration: engineConfiguration)
+        let engineLoop = self.engine.eventLoop
+        self.serviceLoop = MultiThreadedEventLoopGroup.singleton.makeIterator().first { $0 !== engineLoop } ?? engineLoop
         self.globalLimiter = BandwidthLimiter(bytesPerSecond: limits.globalSpeedLimit)
         self.gate = RunGate(limits: limits.gate)
         self.state = Mutex(State(scheduler: TransferScheduler(limits: limits.scheduler)))
@@ -216,8 +231,9 @@ public final class TransferCore: Sendable {
     func admission(for id: TransferID, admitted: @escaping @Sendable () -> Void) -> (any RunAdmission)? {
         guard let entry = self.state.withLock({ $0.scheduler.limits.lookAhead > 0 ? $0.scheduler.runningEntry(id) : nil }) else { return nil }
         return RunGate.Ticket(gate: self.gate, entry: entry) {
-            // Bookkeeping only (no action follows from it): no decision, no hop.
-            self.state.withLock { $0.scheduler.admitted(id) }
+            // Bookkeeping only (no action follows from it): no decision, no hop, and not even the
+            // scheduler's lock (``admissions``).
+            self.admissions.withLock { $0.append(id) }
             admitted()
         }
     }
@@ -276,6 +292,12 @@ public final class TransferCore: Sendable {
     ) -> [TransferScheduler.Entry] {
         let now = Self.now()
         let (actions, started, owners, idleWaiters, becameIdle) = self.state.withLock { state in
+            for id in self.admissions.withLock({ admissions in
+                defer { admissions.removeAll(keepingCapacity: true) }
+                return admissions
+            }) {
+                state.scheduler.admitted(id)
+            }
             let wasRunning = state.scheduler.runningCount > 0
             let actions = event(&state.scheduler, now)
             var started: [TransferID: TransferScheduler.Entry] = [:]

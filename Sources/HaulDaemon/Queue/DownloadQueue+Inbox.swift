@@ -43,12 +43,23 @@ extension DownloadQueue {
         var replays: [Replay] = []
     }
 
+    /// The events waiting for a drain (``DownloadQueue/inbox``).
+    struct Inbox {
+        var events: [WorkEvent] = []
+        var drainScheduled = false
+
+        /// Whether nothing but admissions waits (their ends come later, each with a drain).
+        var isQuiet: Bool {
+            self.events.allSatisfy { if case .admitted = $0 { true } else { false } }
+        }
+    }
+
     /// Adds `events` to the inbox; the first to find it empty schedules a drain on `work`.
     func post(_ events: [WorkEvent]) {
-        let schedule = self.state.withLock { state -> Bool in
-            state.inbox.append(contentsOf: events)
-            defer { state.drainScheduled = true }
-            return !state.drainScheduled
+        let schedule = self.inbox.withLock { inbox -> Bool in
+            inbox.events.append(contentsOf: events)
+            defer { inbox.drainScheduled = true }
+            return !inbox.drainScheduled
         }
         if schedule { self.work.async { self.drainInbox() } }
     }
@@ -67,10 +78,10 @@ extension DownloadQueue {
     /// ended.
     private func drainInbox() {
         dispatchPrecondition(condition: .onQueue(self.work))
-        let events = self.state.withLock { state -> [WorkEvent] in
-            state.drainScheduled = false
-            defer { state.inbox.removeAll(keepingCapacity: true) }
-            return state.inbox
+        let events = self.inbox.withLock { inbox -> [WorkEvent] in
+            inbox.drainScheduled = false
+            defer { inbox.events.removeAll(keepingCapacity: true) }
+            return inbox.events
         }
         guard !events.isEmpty else { return self.recordEnds(all: true) }
         guard !self.store.isShared else {
@@ -106,11 +117,11 @@ extension DownloadQueue {
         // each drain's few ends had one of their own (its fixed cost was a sixth of a small
         // file's CPU). A timer instead (record every 2 ms) saved as much CPU and let new runs
         // wait behind each big batch.
+        // Admissions in the inbox are not events on their way: their ends come later.
+        let quiet = self.inbox.withLock { $0.isQuiet }
         let (recordNow, listened) = self.state.withLock { state -> (Bool, Bool) in
             state.unrecordedEnds += ends
             let listened = !state.subscribers.isEmpty
-            // Admissions in the inbox are not events on their way: their ends come later.
-            let quiet = state.inbox.allSatisfy { if case .admitted = $0 { true } else { false } }
             return (quiet || listened || state.unrecordedEnds.count >= Self.unrecordedEndsLimit, listened)
         }
         // Subscribers hear of every waiting end before the starts that took their slots.

@@ -87,7 +87,7 @@ extension DownloadQueue {
     /// last saved: no store read). Nothing to do, not even a hop to `work`, when nobody listens
     /// for progress (a small file's response and first bytes each woke the queue's thread).
     private func broadcast(_ transfer: TrackedTransfer) {
-        guard self.state.withLock({ !$0.progressSubscriberIDs.isEmpty }) else { return }
+        guard self.hasProgressSubscribers.load(ordering: .relaxed) else { return }
         let id = transfer.id.number
         self.work.async {
             let stored = self.state.withLock { state -> StoredDownload? in

@@ -101,9 +101,6 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var storeReachable = true
         /// When the lease keeper's round in progress began, and whether its length was logged.
         var keeperRound: (began: ContinuousClock.Instant, reported: Bool)?
-        /// Starts and ends waiting for the next drain (`DownloadQueue+Inbox`).
-        var inbox: [WorkEvent] = []
-        var drainScheduled = false
         /// While a drain runs its batch: what it owes once the batch is saved.
         var effects: DrainEffects?
         /// With a sole-writer store, claims not written yet: the row as claimed, and as the
@@ -139,6 +136,12 @@ public final class DownloadQueue: TransferOwner, Sendable {
     let logger: Logger
     let core: TransferCore
     let state: Mutex<State>
+    /// Starts, ends and admissions waiting for the next drain (`DownloadQueue+Inbox`): a lock of
+    /// its own, so that a run ending on the event loop never waits for a drain holding `state`.
+    let inbox = Mutex(Inbox())
+    /// Whether anyone subscribed to progress: read for every progress report of every running
+    /// transfer, on the event loop, without taking `state`.
+    let hasProgressSubscribers = Atomic<Bool>(false)
     /// Serialises decisions and store writes.
     let work = DispatchQueue(label: "hauld.queue")
     /// A fleet's lease renewals, reclaims and heartbeats: never queued behind `work`.
@@ -223,7 +226,10 @@ public final class DownloadQueue: TransferOwner, Sendable {
         self.state.withLock { state in
             state.nextSubscriber += 1
             state.subscribers[state.nextSubscriber] = handler
-            if progress { state.progressSubscriberIDs.insert(state.nextSubscriber) }
+            if progress {
+                state.progressSubscriberIDs.insert(state.nextSubscriber)
+                self.hasProgressSubscribers.store(true, ordering: .relaxed)
+            }
             return state.nextSubscriber
         }
     }
@@ -232,6 +238,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         self.state.withLock { state in
             state.subscribers[id] = nil
             state.progressSubscriberIDs.remove(id)
+            self.hasProgressSubscribers.store(!state.progressSubscriberIDs.isEmpty, ordering: .relaxed)
         }
     }
 

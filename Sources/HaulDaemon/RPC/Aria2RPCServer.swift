@@ -4,6 +4,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdWebSocket
 import Logging
+import NIOCore
 import Synchronization
 
 /// aria2's RPC on its own port, so that AriaNg, aria2p, Motrix and "send to aria2" browser
@@ -44,6 +45,8 @@ public final class Aria2RPCServer: Sendable {
     let notifier: Aria2Notifier
     let logger: Logger
     private let boundPort: BoundPort
+    /// Where it answers: not on the loop that carries the transfers (``TransferCore/serviceLoop``).
+    private let serviceLoop: any EventLoop
 
     /// The listening port, shared with ``Aria2Methods`` (`getGlobalOption`).
     final class BoundPort: Sendable {
@@ -58,6 +61,7 @@ public final class Aria2RPCServer: Sendable {
         self.logger = logger
         self.methods = Aria2Methods(queue: queue, secret: configuration.secret, port: port, shutdown: shutdown, logger: logger)
         self.notifier = Aria2Notifier(queue: queue)
+        self.serviceLoop = queue.core.serviceLoop
     }
 
     /// The port once listening.
@@ -102,6 +106,7 @@ public final class Aria2RPCServer: Sendable {
                 let host = self.configuration.listenAll ? "0.0.0.0" : "127.0.0.1"
                 self.logger.info("aria2 RPC on http://\(host):\(self.port ?? 0)/jsonrpc (\(self.secret?.isEmpty == false ? "secret required; 'haul rpc-info' prints it" : "NO secret: anyone who can reach the port controls the queue"))")
             },
+            eventLoopGroupProvider: .shared(self.serviceLoop),
             logger: quiet
         )
         try await app.run()

@@ -10,9 +10,10 @@ public final class DaemonServer: Sendable {
         self.channel = channel
     }
 
-    /// Binds `path` (replacing a stale socket file) and serves `daemon` on it.
+    /// Binds `path` (replacing a stale socket file) and serves `daemon` on it, on the core's
+    /// ``TransferCore/serviceLoop``.
     public static func start(path: String, daemon: TransferDaemon, queue: DownloadQueue, web: WebUIServer? = nil, rpc: Aria2RPCServer? = nil) async throws -> DaemonServer {
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let channel = try await ServerBootstrap(group: queue.core.serviceLoop)
             .serverChannelOption(.backlog, value: 64)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {

@@ -82,6 +82,8 @@ public final class WebUIServer: Sendable {
                 self.boundPort.withLock { $0 = channel.localAddress?.port }
                 self.logger.info("web UI on http://127.0.0.1:\(self.port ?? 0)/ ('haul ui' prints the address with its token)")
             },
+            // Not on the loop that carries the transfers (``TransferCore/serviceLoop``).
+            eventLoopGroupProvider: .shared(self.queue.core.serviceLoop),
             logger: self.logger
         )
         try await app.run()
