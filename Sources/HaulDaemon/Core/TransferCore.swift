@@ -90,7 +90,7 @@ public final class TransferCore: Sendable {
     /// engine's transfers do not run on when the shared group has another, so that decoding a
     /// large `queueAdd` or encoding a list for a polling page never holds up a transfer's reads
     /// and writes (every transfer of the daemon is on the engine's one loop).
-    public let serviceLoop: any EventLoop
+    let serviceLoop: any EventLoop
     /// The global speed limit: every transfer of every owner passes it.
     let globalLimiter: BandwidthLimiter
     /// Where every run takes its slot, with a look-ahead (standby ones wait there for one).
@@ -226,8 +226,9 @@ public final class TransferCore: Sendable {
     /// What the run of transfer `id`, just started, waits for before its first request: with a
     /// look-ahead, a place at the gate (every run takes its slot there, a standby one as soon as
     /// one frees, one started in a slot at once unless a standby one took it first), else `nil`.
-    /// Once admitted, the scheduler counts it as holding a slot and `admitted` is called, on the
-    /// run's loop: at most once, never for a run stopped while it waited.
+    /// Once admitted, `admitted` is called on the run's loop (at most once, never for a run
+    /// stopped while it waited), and the scheduler counts it as holding a slot from its next
+    /// decision on (``admissions``).
     func admission(for id: TransferID, admitted: @escaping @Sendable () -> Void) -> (any RunAdmission)? {
         guard let entry = self.state.withLock({ $0.scheduler.limits.lookAhead > 0 ? $0.scheduler.runningEntry(id) : nil }) else { return nil }
         return RunGate.Ticket(gate: self.gate, entry: entry) {
