@@ -8,11 +8,19 @@ import Testing
 /// listed as waiting, and take it where it frees (``TransferCore/Limits/lookAhead``).
 @Suite("Download queue: downloads started ahead", .serialized)
 struct LookAheadTests {
-    /// Queues `/file/NAME` (200,000 bytes at 800,000 a second) from `server`; its id.
-    static func add(_ name: String, seed: Int = 7, on server: FaultInjectingHTTPServer, to harness: QueueHarness) async throws -> Int64 {
+    /// Queues `/file/NAME` (`size` bytes served at `rate` a second) from `server`; its id.
+    static func add(
+        _ name: String,
+        seed: Int = 7,
+        size: Int = 200_000,
+        rate: Int = 800_000,
+        priority: Int = 0,
+        on server: FaultInjectingHTTPServer,
+        to harness: QueueHarness
+    ) async throws -> Int64 {
         try await harness.queue.add(
-            urls: [server.url("/file/\(name)?size=200000&seed=\(seed)&rate=800000")],
-            directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 0
+            urls: [server.url("/file/\(name)?size=\(size)&seed=\(seed)&rate=\(rate)")],
+            directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: priority
         ).id
     }
 
@@ -48,10 +56,7 @@ struct LookAheadTests {
         _ = try await harness.queue.set("max-concurrent", to: "2")
         var ids: [Int64] = []
         for index in 0..<6 {
-            ids.append(try await harness.queue.add(
-                urls: [server.url("/file/la\(index)?size=300000&seed=\(index)&rate=600000")],
-                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 0
-            ).id)
+            ids.append(try await Self.add("la\(index)", seed: index, size: 300_000, rate: 600_000, on: server, to: harness))
         }
         // Two run, two more are started ahead (the look-ahead is the limit) and wait for a slot in
         // their runs, two wait in the queue. (Each step reaches the loop, then the queue's
@@ -91,10 +96,7 @@ struct LookAheadTests {
     @Test("A download ranked higher than one started ahead goes first: the one ahead yields, having fetched nothing")
     func higherRankOvertakesStandby() async throws {
         let (server, harness, first, ahead) = try await Self.oneRunningOneAhead(named: "ahead")
-        let urgent = try await harness.queue.add(
-            urls: [server.url("/file/urgent?size=200000&seed=7&rate=800000")],
-            directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 10
-        ).id
+        let urgent = try await Self.add("urgent", priority: 10, on: server, to: harness)
         for id in [first, ahead, urgent] { _ = try await harness.wait(for: id, .complete) }
         #expect(Self.fetched(by: server) == ["first", "urgent", "ahead"])
         #expect(harness.peakActive.withLock { $0 } == 1)
@@ -136,10 +138,7 @@ struct LookAheadTests {
         var ids: [Int64] = []
         for (index, server) in servers.enumerated() {
             for n in 0..<(index == 2 ? 2 : 5) {
-                ids.append(try await harness.queue.add(
-                    urls: [server.url("/file/h\(index)-\(n)?size=300000&seed=\(n)&rate=1000000")],
-                    directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 0
-                ).id)
+                ids.append(try await Self.add("h\(index)-\(n)", seed: n, size: 300_000, rate: 1_000_000, on: server, to: harness))
             }
         }
         // Three hosts, one at a time each, three at once in all: the third host's first download
