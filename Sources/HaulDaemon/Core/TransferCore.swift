@@ -293,12 +293,12 @@ public final class TransferCore: Sendable {
     ) -> [TransferScheduler.Entry] {
         let now = Self.now()
         let (actions, started, owners, idleWaiters, becameIdle) = self.state.withLock { state in
-            for id in self.admissions.withLock({ admissions in
+            // Admissions heard since the last decision count before this one is made.
+            let admitted = self.admissions.withLock { admissions in
                 defer { admissions.removeAll(keepingCapacity: true) }
                 return admissions
-            }) {
-                state.scheduler.admitted(id)
             }
+            for id in admitted { state.scheduler.admitted(id) }
             let wasRunning = state.scheduler.runningCount > 0
             let actions = event(&state.scheduler, now)
             var started: [TransferID: TransferScheduler.Entry] = [:]
