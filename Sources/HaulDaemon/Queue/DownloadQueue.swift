@@ -429,17 +429,19 @@ public final class DownloadQueue: TransferOwner, Sendable {
 
     // MARK: - Commands
 
-    /// Queues a download of `urls` (the first is the primary, the rest mirrors).
+    /// Queues a download of `urls` (the first is the primary, the rest mirrors). `nil` takes the
+    /// default: the queue's directory, the server's name for the file, no checksum, no speed
+    /// limit of its own, priority 0.
     ///
     /// - Throws: ``DaemonError`` for a URL that is not http(s), a file name that is not a plain
     ///   name, a checksum that does not parse, or a directory that cannot be created or written.
     public func add(
         urls: [URL],
-        directory: String?,
-        fileName: String?,
-        checksum: String?,
-        speedLimit: Int64?,
-        priority: Int?,
+        directory: String? = nil,
+        fileName: String? = nil,
+        checksum: String? = nil,
+        speedLimit: Int64? = nil,
+        priority: Int? = nil,
         paused: Bool = false
     ) async throws -> QueuedDownloadInfo {
         let request = NewDownload(

@@ -14,16 +14,15 @@ struct DownloadQueueTests {
         let server = try await FaultInjectingHTTPServer.start()
         let harness = try QueueHarness()
         let plain = try await harness.queue.add(
-            urls: [server.url("/file/plain.bin?size=900000&seed=3")], directory: nil, fileName: nil,
-            checksum: "sha256=" + TestContent.sha256Hex(size: 900_000, seed: 3), speedLimit: nil, priority: nil
+            urls: [server.url("/file/plain.bin?size=900000&seed=3")],
+            checksum: "sha256=" + TestContent.sha256Hex(size: 900_000, seed: 3)
         )
         let hostile = try await harness.queue.add(
-            urls: [server.url("/file/h?size=1000&seed=4&disposition=attachment;%20filename%3D%22..%2F..%2Fetc%2Fpasswd%22")],
-            directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+            urls: [server.url("/file/h?size=1000&seed=4&disposition=attachment;%20filename%3D%22..%2F..%2Fetc%2Fpasswd%22")]
         )
         let named = try await harness.queue.add(
             urls: [server.url("/file/n?size=5000&seed=5")], directory: harness.downloads.appendingPathComponent("sub").path,
-            fileName: "chosen.dat", checksum: nil, speedLimit: nil, priority: nil
+            fileName: "chosen.dat"
         )
         let first = try await harness.wait(for: plain.id, .complete)
         let second = try await harness.wait(for: hostile.id, .complete)
@@ -45,9 +44,7 @@ struct DownloadQueueTests {
         let harness = try QueueHarness()
         let existing = harness.downloads.appendingPathComponent("clash.bin")
         try Data("mine".utf8).write(to: existing)
-        let added = try await harness.queue.add(
-            urls: [server.url("/file/clash.bin?size=2000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-        )
+        let added = try await harness.queue.add(urls: [server.url("/file/clash.bin?size=2000")])
         let done = try await harness.wait(for: added.id, .complete)
         #expect(done.path == harness.downloads.appendingPathComponent("clash (1).bin").path)
         #expect(try String(contentsOf: existing, encoding: .utf8) == "mine")
@@ -59,18 +56,13 @@ struct DownloadQueueTests {
         let server = try await FaultInjectingHTTPServer.start()
         let harness = try QueueHarness()
         let wrong = String(repeating: "0", count: 32)
-        let added = try await harness.queue.add(
-            urls: [server.url("/file/bad.iso?size=3000")], directory: nil, fileName: nil, checksum: "md5=\(wrong)", speedLimit: nil, priority: nil
-        )
+        let added = try await harness.queue.add(urls: [server.url("/file/bad.iso?size=3000")], checksum: "md5=\(wrong)")
         let failed = try await harness.wait(for: added.id, .error)
         #expect(failed.errorMessage?.contains("checksum mismatch: expected md5=\(wrong), got ") == true, "\(failed.errorMessage ?? "")")
         #expect(!harness.files().contains("bad.iso"), "no file under the final name")
         #expect(failed.path?.hasSuffix(".haul-part") == true)
         // With the right checksum (sha1 this time) the same content is accepted.
-        let sha1 = try await harness.queue.add(
-            urls: [server.url("/file/good.iso?size=3000")], directory: nil, fileName: nil,
-            checksum: "sha1=" + Self.sha1Hex(size: 3000, seed: 1), speedLimit: nil, priority: nil
-        )
+        let sha1 = try await harness.queue.add(urls: [server.url("/file/good.iso?size=3000")], checksum: "sha1=" + Self.sha1Hex(size: 3000, seed: 1))
         #expect(try await harness.wait(for: sha1.id, .complete).path == harness.downloads.appendingPathComponent("good.iso").path)
         await harness.close()
     }
@@ -88,9 +80,7 @@ struct DownloadQueueTests {
         // One connection: this is about a download written in order (segmented ones have tests of their own).
         _ = try await harness.queue.set("connections", to: "1")
         let size: Int64 = 3_000_000
-        let added = try await harness.queue.add(
-            urls: [server.url("/file/pr.bin?size=\(size)&seed=7&stallAfter=1500000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-        )
+        let added = try await harness.queue.add(urls: [server.url("/file/pr.bin?size=\(size)&seed=7&stallAfter=1500000")])
         _ = try await harness.wait(for: added.id) { $0.bytesDone > 1_000_000 }
         // The list shows a running download's live numbers, not the row as last saved.
         let listed = try await harness.queue.list().first { $0.id == added.id }
@@ -115,9 +105,7 @@ struct DownloadQueueTests {
         let server = try await FaultInjectingHTTPServer.start()
         let harness = try QueueHarness()
         let size: Int64 = 2_000_000
-        let same = try await harness.queue.add(
-            urls: [server.url("/file/signed.bin?size=\(size)&seed=8&stallAfter=800000&sig=old")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-        )
+        let same = try await harness.queue.add(urls: [server.url("/file/signed.bin?size=\(size)&seed=8&stallAfter=800000&sig=old")])
         _ = try await harness.wait(for: same.id) { $0.bytesDone > 500_000 }
         try await harness.queue.pause(id: same.id)
         _ = try await harness.wait(for: same.id, .paused)
@@ -132,9 +120,7 @@ struct DownloadQueueTests {
         #expect(fresh.count == 1 && fresh[0].header("Range") == "bytes=\(kept)-" && fresh[0].header("If-Range") != nil)
 
         // Another entity behind the new link: the If-Range check fails, the download starts over.
-        let other = try await harness.queue.add(
-            urls: [server.url("/file/changed.bin?size=\(size)&seed=9&stallAfter=800000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-        )
+        let other = try await harness.queue.add(urls: [server.url("/file/changed.bin?size=\(size)&seed=9&stallAfter=800000")])
         _ = try await harness.wait(for: other.id) { $0.bytesDone > 500_000 }
         try await harness.queue.pause(id: other.id)
         _ = try await harness.wait(for: other.id, .paused)
@@ -151,14 +137,11 @@ struct DownloadQueueTests {
         let server = try await FaultInjectingHTTPServer.start()
         let harness = try QueueHarness()
         let added = try await harness.queue.add(
-            urls: [server.url("/status/404"), server.url("/file/mirrored.bin?size=40000&seed=11")],
-            directory: nil, fileName: "mirrored.bin", checksum: nil, speedLimit: nil, priority: nil
+            urls: [server.url("/status/404"), server.url("/file/mirrored.bin?size=40000&seed=11")], fileName: "mirrored.bin"
         )
         let done = try await harness.wait(for: added.id, .complete)
         #expect(try TestContent.sha256Hex(ofFileAt: done.path!) == TestContent.sha256Hex(size: 40000, seed: 11))
-        let lone = try await harness.queue.add(
-            urls: [server.url("/status/404")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-        )
+        let lone = try await harness.queue.add(urls: [server.url("/status/404")])
         let failed = try await harness.wait(for: lone.id, .error)
         #expect(failed.errorMessage == "the server answered 404")
         #expect(harness.files() == ["mirrored.bin"], "no file and no error page is left for the 404: \(harness.files())")
@@ -182,10 +165,7 @@ struct DownloadQueueTests {
         _ = try await harness.queue.set("max-concurrent", to: "1")
         var ids: [Int64] = []
         for index in 0..<8 {
-            ids.append(try await harness.queue.add(
-                urls: [server.url("/file/r\(index).bin?size=\(20_000 + index)&seed=\(index)")],
-                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-            ).id)
+            ids.append(try await harness.queue.add(urls: [server.url("/file/r\(index).bin?size=\(20_000 + index)&seed=\(index)")]).id)
         }
         for id in ids { _ = try await harness.wait(for: id, .complete) }
         #expect(store.failedBatches.withLock { $0 } == 4, "the injected failures happened")
@@ -218,12 +198,8 @@ struct DownloadQueueTests {
             return holdsClaims ? FlakySoleWriterStore(flaky) : flaky
         })
         _ = try await harness.queue.set("max-concurrent", to: "1")
-        let first = try await harness.queue.add(
-            urls: [server.url("/file/u.bin?size=30000&seed=1")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-        )
-        let second = try await harness.queue.add(
-            urls: [server.url("/file/v.bin?size=30000&seed=2")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-        )
+        let first = try await harness.queue.add(urls: [server.url("/file/u.bin?size=30000&seed=1")])
+        let second = try await harness.queue.add(urls: [server.url("/file/v.bin?size=30000&seed=2")])
         #expect(first.id == 1)
         let done = try await harness.wait(for: first.id, .complete)
         _ = try await harness.wait(for: second.id, .complete)
@@ -239,15 +215,9 @@ struct DownloadQueueTests {
         let harness = try QueueHarness()
         let store = try TransferStore.open(path: harness.storePath)
         // Heads sent, bodies held: both run with no bytes yet, so nothing is checkpointed.
-        let ended = try await harness.queue.add(
-            urls: [server.url("/file/held1.bin?size=40000&seed=1&gate=g1")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-        )
-        let paused = try await harness.queue.add(
-            urls: [server.url("/file/held2.bin?size=40000&seed=2&gate=g2")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-        )
-        let pausedInBulk = try await harness.queue.add(
-            urls: [server.url("/file/held3.bin?size=40000&seed=3&gate=g2")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-        )
+        let ended = try await harness.queue.add(urls: [server.url("/file/held1.bin?size=40000&seed=1&gate=g1")])
+        let paused = try await harness.queue.add(urls: [server.url("/file/held2.bin?size=40000&seed=2&gate=g2")])
+        let pausedInBulk = try await harness.queue.add(urls: [server.url("/file/held3.bin?size=40000&seed=3&gate=g2")])
         for id in [ended.id, paused.id, pausedInBulk.id] {
             _ = try await harness.wait(for: id, .active)
             let row = try #require(try store.download(id: id))
@@ -287,11 +257,9 @@ struct DownloadQueueTests {
         let harness = try QueueHarness()
         _ = try await harness.queue.set("max-concurrent", to: "1")
         // The first holds the one slot (its body held at a gate); the second waits, its row kept.
-        let first = try await harness.queue.add(
-            urls: [server.url("/file/k1.bin?size=30000&seed=1&gate=k")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-        )
+        let first = try await harness.queue.add(urls: [server.url("/file/k1.bin?size=30000&seed=1&gate=k")])
         let old = server.url("/file/kold.bin?size=30000&seed=2")
-        let second = try await harness.queue.add(urls: [old], directory: nil, fileName: "k2.bin", checksum: nil, speedLimit: nil, priority: nil)
+        let second = try await harness.queue.add(urls: [old], fileName: "k2.bin")
         _ = try await harness.wait(for: first.id, .active)
         #expect(try await harness.queue.download(id: second.id).state == .waiting)
         let new = server.url("/file/knew.bin?size=30000&seed=3")
@@ -361,10 +329,7 @@ struct DownloadQueueTests {
         _ = try await harness.queue.set("max-concurrent", to: "1")
         var ids: [Int64] = []
         for index in 0..<6 {
-            ids.append(try await harness.queue.add(
-                urls: [server.url("/file/c\(index)?size=600000&seed=\(index)&rate=300000")],
-                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: index == 5 ? 10 : 0
-            ).id)
+            ids.append(try await harness.queue.add(urls: [server.url("/file/c\(index)?size=600000&seed=\(index)&rate=300000")], priority: index == 5 ? 10 : 0).id)
         }
         // Each download takes two seconds: what is active below is what the limits let start.
         #expect(try await harness.active(count: 1) == [ids[0]])
@@ -393,9 +358,7 @@ struct DownloadQueueTests {
         let limit: Int64 = 256 * 1024
         let size: Int64 = 640 * 1024
         let start = ContinuousClock.now
-        let single = try await harness.queue.add(
-            urls: [server.url("/file/slow.bin?size=\(size)")], directory: nil, fileName: nil, checksum: nil, speedLimit: limit, priority: nil
-        )
+        let single = try await harness.queue.add(urls: [server.url("/file/slow.bin?size=\(size)")], speedLimit: limit)
         _ = try await harness.wait(for: single.id, .complete)
         let singleSeconds = Self.seconds(ContinuousClock.now - start)
         // Burst allowance: a quarter second of the rate (64 KiB) may pass before the limit bites.
@@ -405,8 +368,8 @@ struct DownloadQueueTests {
 
         _ = try await harness.queue.set("speed-limit", to: "256K")
         let globalStart = ContinuousClock.now
-        let a = try await harness.queue.add(urls: [server.url("/file/ga?size=\(size / 2)")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
-        let b = try await harness.queue.add(urls: [server.url("/file/gb?size=\(size / 2)")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+        let a = try await harness.queue.add(urls: [server.url("/file/ga?size=\(size / 2)")])
+        let b = try await harness.queue.add(urls: [server.url("/file/gb?size=\(size / 2)")])
         _ = try await harness.wait(for: a.id, .complete)
         _ = try await harness.wait(for: b.id, .complete)
         let globalRate = Double(size) / Self.seconds(ContinuousClock.now - globalStart)
@@ -424,16 +387,13 @@ struct DownloadQueueTests {
         let first = try QueueHarness()
         // One connection per download: the checkpoints of downloads written in order.
         _ = try await first.queue.set("connections", to: "1")
-        let quick = try await first.queue.add(urls: [server.url("/file/quick?size=1000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+        let quick = try await first.queue.add(urls: [server.url("/file/quick?size=1000")])
         _ = try await first.wait(for: quick.id, .complete)
         var slow: [Int64] = []
         for index in 0..<3 {
-            slow.append(try await first.queue.add(
-                urls: [server.url("/file/r\(index)?size=2500000&seed=\(20 + index)&stallAfter=1000000")],
-                directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-            ).id)
+            slow.append(try await first.queue.add(urls: [server.url("/file/r\(index)?size=2500000&seed=\(20 + index)&stallAfter=1000000")]).id)
         }
-        let paused = try await first.queue.add(urls: [server.url("/file/p?size=1000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil, paused: true)
+        let paused = try await first.queue.add(urls: [server.url("/file/p?size=1000")], paused: true)
         _ = try await first.wait(for: slow[0]) { $0.bytesDone > 700_000 }
         _ = try await first.queue.set("max-concurrent", to: "2")
         await first.close()
@@ -465,29 +425,29 @@ struct DownloadQueueTests {
         await #expect(throws: DaemonError("no download with id 999 (see 'haul ls')")) { try await harness.queue.pause(id: 999) }
         await #expect(throws: DaemonError.self) { try await harness.queue.resume(id: 999) }
         await #expect(throws: DaemonError("not an http or https URL: ftp://example.org/file")) {
-            try await harness.queue.add(urls: [URL(string: "ftp://example.org/file")!], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+            try await harness.queue.add(urls: [URL(string: "ftp://example.org/file")!])
         }
         await #expect(throws: DaemonError.self) {
-            try await harness.queue.add(urls: [url], directory: nil, fileName: nil, checksum: "sha256=xyz", speedLimit: nil, priority: nil)
+            try await harness.queue.add(urls: [url], checksum: "sha256=xyz")
         }
         await #expect(throws: DaemonError.self) {
-            try await harness.queue.add(urls: [url], directory: nil, fileName: "../escape", checksum: nil, speedLimit: nil, priority: nil)
+            try await harness.queue.add(urls: [url], fileName: "../escape")
         }
         let notADirectory = harness.root.appendingPathComponent("plain-file")
         try Data("x".utf8).write(to: notADirectory)
         do {
-            _ = try await harness.queue.add(urls: [url], directory: notADirectory.appendingPathComponent("sub").path, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+            _ = try await harness.queue.add(urls: [url], directory: notADirectory.appendingPathComponent("sub").path)
             Issue.record("a directory under a file was accepted")
         } catch let error as DaemonError {
             #expect(error.description.hasPrefix("cannot create the directory"))
         }
         await #expect(throws: DaemonError("the directory must be an absolute path: relative")) {
-            try await harness.queue.add(urls: [url], directory: "relative", fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+            try await harness.queue.add(urls: [url], directory: "relative")
         }
         await #expect(throws: DaemonError.self) { try await harness.queue.set("max-concurrent", to: "many") }
         #expect(try await harness.queue.list().isEmpty, "nothing was queued by a refused request")
         #expect(harness.queue.settings.maximumConcurrentDownloads == 5)
-        let added = try await harness.queue.add(urls: [url], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+        let added = try await harness.queue.add(urls: [url])
         let done = try await harness.wait(for: added.id, .complete)
         await #expect(throws: DaemonError.self) { try await harness.queue.pause(id: done.id) }
         await #expect(throws: DaemonError.self) { try await harness.queue.cancel(id: done.id) }
@@ -580,9 +540,7 @@ struct FullDiskTests {
         // One connection: the continuation is checked to be one range request from the checkpoint.
         _ = try await harness.queue.set("connections", to: "1")
         let size: Int64 = 3_000_000
-        let added = try await harness.queue.add(
-            urls: [server.url("/file/big.bin?size=\(size)&seed=31")], directory: disk.path, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-        )
+        let added = try await harness.queue.add(urls: [server.url("/file/big.bin?size=\(size)&seed=31")], directory: disk.path)
         let failed = try await harness.wait(for: added.id, .error)
         #expect(failed.errorMessage?.contains("No space left on device") == true, "\(failed.errorMessage ?? "")")
         #expect(failed.bytesDone > 0 && failed.bytesDone <= 1 << 20, "the bytes that fit are kept: \(failed.bytesDone)")
@@ -611,7 +569,7 @@ struct ReadOnlyDestinationTests {
         defer { disk.unmount() }
         let harness = try QueueHarness()
         do {
-            _ = try await harness.queue.add(urls: [server.url("/file/ro?size=10")], directory: disk.path, fileName: nil, checksum: nil, speedLimit: nil, priority: nil)
+            _ = try await harness.queue.add(urls: [server.url("/file/ro?size=10")], directory: disk.path)
             Issue.record("a read-only directory was accepted")
         } catch let error as DaemonError {
             #expect(error.description == "cannot write to \(disk.path): Read-only file system")
@@ -629,8 +587,7 @@ struct QueueServerNameTests {
         let harness = try QueueHarness()
         let size = 2_000_000
         let added = try await harness.queue.add(
-            urls: [server.url("/file/d.bin?size=\(size)&seed=8&rate=500000&disposition=attachment;%20filename%3D%22served.iso%22")],
-            directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
+            urls: [server.url("/file/d.bin?size=\(size)&seed=8&rate=500000&disposition=attachment;%20filename%3D%22served.iso%22")]
         )
         #expect(added.fileName == "d.bin", "named from its URL until the server answers")
         // The first checkpoint (0.5 s in) records the name the server gave, while it runs.
@@ -650,12 +607,8 @@ struct QueueCancelTests {
         let server = try await FaultInjectingHTTPServer.start()
         let harness = try QueueHarness()
         _ = try await harness.queue.set("max-concurrent", to: "2")
-        _ = try await harness.queue.add(
-            urls: [server.url("/file/kept.bin?size=3000000&rate=400000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 5
-        )
-        let gone = try await harness.queue.add(
-            urls: [server.url("/file/gone.bin?size=3000000&rate=400000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: 0
-        )
+        _ = try await harness.queue.add(urls: [server.url("/file/kept.bin?size=3000000&rate=400000")], priority: 5)
+        let gone = try await harness.queue.add(urls: [server.url("/file/gone.bin?size=3000000&rate=400000")], priority: 0)
         let active = try await harness.wait(for: gone.id) { $0.bytesDone > 100_000 }
         let partial = try #require(active.path)
         #expect(await waitUntilTrue { FileManager.default.fileExists(atPath: partial) })
@@ -675,9 +628,7 @@ struct QueueCancelTests {
     func cancelAndRemove() async throws {
         let server = try await FaultInjectingHTTPServer.start()
         let harness = try QueueHarness()
-        let running = try await harness.queue.add(
-            urls: [server.url("/file/cx.bin?size=3000000&rate=400000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil
-        )
+        let running = try await harness.queue.add(urls: [server.url("/file/cx.bin?size=3000000&rate=400000")])
         let active = try await harness.wait(for: running.id) { $0.bytesDone > 100_000 }
         let partial = try #require(active.path)
         // A fresh download's file gets its partial name with its first checkpoint (0.5 s in).
@@ -689,9 +640,7 @@ struct QueueCancelTests {
         #expect(try await harness.queue.list().isEmpty, "removed downloads are not listed")
         await #expect(throws: DaemonError.self) { try await harness.queue.resume(id: running.id) }
 
-        let paused = try await harness.queue.add(
-            urls: [server.url("/file/px.bin?size=1000")], directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: nil, paused: true
-        )
+        let paused = try await harness.queue.add(urls: [server.url("/file/px.bin?size=1000")], paused: true)
         try await harness.queue.cancel(id: paused.id, deleteFromList: true)
         #expect(try harness.queue.store.download(id: paused.id) == nil)
         #expect(harness.files().isEmpty)

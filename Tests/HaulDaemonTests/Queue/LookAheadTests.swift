@@ -18,10 +18,7 @@ struct LookAheadTests {
         on server: FaultInjectingHTTPServer,
         to harness: QueueHarness
     ) async throws -> Int64 {
-        try await harness.queue.add(
-            urls: [server.url("/file/\(name)?size=\(size)&seed=\(seed)&rate=\(rate)")],
-            directory: nil, fileName: nil, checksum: nil, speedLimit: nil, priority: priority
-        ).id
+        try await harness.queue.add(urls: [server.url("/file/\(name)?size=\(size)&seed=\(seed)&rate=\(rate)")], priority: priority).id
     }
 
     /// Waits (at most 5 s) until `count` runs wait at the core's gate.
