@@ -91,6 +91,8 @@ public final class TransferCore: Sendable {
     /// large `queueAdd` or encoding a list for a polling page never holds up a transfer's reads
     /// and writes (every transfer of the daemon is on the engine's one loop).
     let serviceLoop: any EventLoop
+    /// Where the engine's loop runs, for owners to keep their bookkeeping threads off that CPU.
+    let transferLoop = TransferLoopCPU()
     /// The global speed limit: every transfer of every owner passes it.
     let globalLimiter: BandwidthLimiter
     /// Where every run takes its slot, with a look-ahead (standby ones wait there for one).

@@ -55,7 +55,10 @@ extension DownloadQueue {
     }
 
     /// Adds `events` to the inbox; the first to find it empty schedules a drain on `work`.
+    /// Posted from the engine's loop (ends, admissions), it also tells the core where the loop
+    /// runs (``TransferLoopCPU``).
     func post(_ events: [WorkEvent]) {
+        if self.core.engine.eventLoop.inEventLoop { self.core.transferLoop.noteLoopRunsHere() }
         let schedule = self.inbox.withLock { inbox -> Bool in
             inbox.events.append(contentsOf: events)
             defer { inbox.drainScheduled = true }
@@ -78,6 +81,8 @@ extension DownloadQueue {
     /// ended.
     private func drainInbox() {
         dispatchPrecondition(condition: .onQueue(self.work))
+        // Off the transfer loop's core: the loop never waits while a drain runs beside it.
+        self.core.transferLoop.keepCallerOffLoopCPU()
         let events = self.inbox.withLock { inbox -> [WorkEvent] in
             inbox.drainScheduled = false
             defer { inbox.events.removeAll(keepingCapacity: true) }
