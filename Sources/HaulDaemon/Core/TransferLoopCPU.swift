@@ -25,14 +25,13 @@ import Synchronization
 final class TransferLoopCPU: Sendable {
     /// The CPU the loop reported last; -1 before it reported.
     private let lastCPU = Atomic<Int32>(-1)
-    /// Per thread, the CPU it was last told to keep off (+2, so that no value is a null
-    /// pointer): a thread re-targets only when the loop's CPU is another.
-    private let keptOff: pthread_key_t?
-
-    init() {
+    /// Per thread, the CPU it keeps off now (+2, so that no value is a null pointer): a thread
+    /// re-targets only when the loop's CPU is another. A fact about the thread, so one key for
+    /// the process (keys are few: 1,024).
+    private static let keptOff: pthread_key_t? = {
         var key = pthread_key_t()
-        self.keptOff = pthread_key_create(&key, nil) == 0 ? key : nil
-    }
+        return pthread_key_create(&key, nil) == 0 ? key : nil
+    }()
 
     /// The CPU the loop reported last (`nil` before it did).
     var cpu: Int32? {
@@ -59,7 +58,7 @@ final class TransferLoopCPU: Sendable {
     /// moves: a handful of times a round); nothing before the loop reported, and nothing when
     /// that would leave the thread no CPU (a process allowed one).
     func keepCallerOffLoopCPU() {
-        guard let cpu = self.cpu, let keptOff = self.keptOff else { return }
+        guard let cpu = self.cpu, let keptOff = Self.keptOff else { return }
         if let current = pthread_getspecific(keptOff), Int(bitPattern: current) == Int(cpu) + 2 { return }
         // Remembered either way: a set that cannot be narrowed (one CPU) is not asked again.
         _ = Self.keepCallerOff(cpu)
