@@ -56,7 +56,9 @@ final class TransferLoopCPU: Sendable {
     /// Called at the start of each drain of the queue's inbox, on its serial queue. Two system
     /// calls when the loop's CPU is not the one this thread already keeps off (the loop rarely
     /// moves: a handful of times a round); nothing before the loop reported, and nothing when
-    /// that would leave the thread no CPU (a process allowed one).
+    /// that would leave the thread no CPU (a process allowed one). The process's CPUs are read
+    /// at each re-target, so a set that changes (`taskset`, a container's cpuset) is taken up
+    /// the next time the loop moves.
     func keepCallerOffLoopCPU() {
         guard let cpu = self.cpu, let keptOff = Self.keptOff else { return }
         if let current = pthread_getspecific(keptOff), Int(bitPattern: current) == Int(cpu) + 2 { return }

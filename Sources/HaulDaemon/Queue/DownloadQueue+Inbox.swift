@@ -81,7 +81,7 @@ extension DownloadQueue {
     /// ended.
     private func drainInbox() {
         dispatchPrecondition(condition: .onQueue(self.work))
-        // Off the transfer loop's core: the loop never waits while a drain runs beside it.
+        // Off the CPU the transfer loop last reported: a drain does not take the loop's core.
         self.core.transferLoop.keepCallerOffLoopCPU()
         let events = self.inbox.withLock { inbox -> [WorkEvent] in
             inbox.drainScheduled = false
