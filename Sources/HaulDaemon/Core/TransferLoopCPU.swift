@@ -86,7 +86,8 @@ final class TransferLoopCPU: Sendable {
         guard read == 0 else { return nil }
         return withUnsafeBytes(of: &set) { raw in
             var cpus: Set<Int32> = []
-            for (index, word) in raw.bindMemory(to: UInt64.self).enumerated() where word != 0 {
+            for index in 0..<raw.count / 8 {
+                let word = raw.load(fromByteOffset: index * 8, as: UInt64.self)
                 for bit in 0..<64 where word & (1 << UInt64(bit)) != 0 { cpus.insert(Int32(index * 64 + bit)) }
             }
             return cpus
@@ -100,11 +101,12 @@ final class TransferLoopCPU: Sendable {
         var set = cpu_set_t()
         return withUnsafeMutableBytes(of: &set) { raw -> Bool in
             guard getAffinity(getpid(), raw.count, raw.baseAddress!) == 0 else { return false }
-            let words = raw.bindMemory(to: UInt64.self)
-            let word = Int(cpu) / 64
-            guard cpu >= 0, word < words.count else { return false }
-            words[word] &= ~(1 << UInt64(Int(cpu) % 64))
-            guard words.contains(where: { $0 != 0 }) else { return false }
+            // The set is an array of 64-bit words, CPU n at bit n % 64 of word n / 64.
+            let offset = Int(cpu) / 64 * 8
+            guard cpu >= 0, offset + 8 <= raw.count else { return false }
+            let word = raw.load(fromByteOffset: offset, as: UInt64.self) & ~(1 << UInt64(Int(cpu) % 64))
+            raw.storeBytes(of: word, toByteOffset: offset, as: UInt64.self)
+            guard (0..<raw.count / 8).contains(where: { raw.load(fromByteOffset: $0 * 8, as: UInt64.self) != 0 }) else { return false }
             return setAffinity(0, raw.count, raw.baseAddress!) == 0
         }
     }
