@@ -354,18 +354,13 @@ public final class TransferDaemon: TransferOwner, Sendable {
 
     func yieldTransfer(_ number: Int64, onlyIfWaiting: Bool) {
         self.deliveryQueue.async {
-            guard onlyIfWaiting else {
-                let run = self.state.withLock { state -> TransferRun? in
-                    guard state.active[number] != nil else { return nil }
-                    state.active[number]!.yielded = true
-                    return state.active[number]!.run
-                }
-                run?.stop(.pause)
-                return
-            }
             guard let run = self.state.withLock({ $0.active[number]?.run }) else { return }
+            if onlyIfWaiting {
+                guard run.stopUnlessAdmitted(.pause) else { return self.core.yieldRefused(TransferID(.session, number)) }
+            } else {
+                run.stop(.pause)
+            }
             // Its end is handled on this queue, after `yielded` is set.
-            guard run.stopUnlessAdmitted(.pause) else { return self.core.yieldRefused(TransferID(.session, number)) }
             self.state.withLock { $0.active[number]?.yielded = true }
         }
     }
