@@ -24,7 +24,7 @@ struct RunGateTests {
     static func enter(_ gate: RunGate, _ entry: TransferScheduler.Entry, order: Order) -> Task<Bool, Never> {
         Task {
             do {
-                try await gate.enter(entry)
+                try await gate.enter(entry, number: gate.issueNumber())
                 order.append(entry.id.number)
                 return true
             } catch {
@@ -50,8 +50,8 @@ struct RunGateTests {
     func admitsByRankWithinLimits() async throws {
         let gate = RunGate(limits: .init(maximumConcurrent: 2, maximumPerHost: 1))
         let order = Order()
-        try await gate.enter(Self.entry(1, host: "a"))
-        try await gate.enter(Self.entry(2, host: "b"))
+        try await gate.enter(Self.entry(1, host: "a"), number: gate.issueNumber())
+        try await gate.enter(Self.entry(2, host: "b"), number: gate.issueNumber())
         #expect(gate.counts.admitted == 2)
         // Three wait: two for host a (the later one ranked higher), one for host c.
         let low = Self.enter(gate, Self.entry(7, host: "a"), order: order)
@@ -77,7 +77,7 @@ struct RunGateTests {
     func cancelledWaiterLeaves() async throws {
         let gate = RunGate(limits: .init(maximumConcurrent: 1, maximumPerHost: 1))
         let order = Order()
-        try await gate.enter(Self.entry(1))
+        try await gate.enter(Self.entry(1), number: gate.issueNumber())
         let cancelled = Self.enter(gate, Self.entry(2), order: order)
         try await Self.waitUntil(gate, waiting: 1)
         let next = Self.enter(gate, Self.entry(3), order: order)
@@ -92,7 +92,7 @@ struct RunGateTests {
         gate.leave(host: "a")
         let early = Task {
             withUnsafeCurrentTask { $0?.cancel() }
-            do { try await gate.enter(Self.entry(4)); return true } catch { return false }
+            do { try await gate.enter(Self.entry(4), number: gate.issueNumber()); return true } catch { return false }
         }
         #expect(await early.value == false)
         #expect(gate.counts.admitted == 0)
@@ -102,7 +102,7 @@ struct RunGateTests {
     func limitsChange() async throws {
         let gate = RunGate(limits: .init(maximumConcurrent: 1, maximumPerHost: 4))
         let order = Order()
-        try await gate.enter(Self.entry(1))
+        try await gate.enter(Self.entry(1), number: gate.issueNumber())
         let second = Self.enter(gate, Self.entry(2), order: order)
         let third = Self.enter(gate, Self.entry(3), order: order)
         try await Self.waitUntil(gate, waiting: 2)
@@ -233,7 +233,7 @@ struct RunGateTests {
         #expect(kept == Self.mappedPoint)
         // Stopped at the gate: its only slot is taken.
         let gate = RunGate(limits: .init(maximumConcurrent: 1, maximumPerHost: 1))
-        try await gate.enter(Self.entry(9))
+        try await gate.enter(Self.entry(9), number: gate.issueNumber())
         let ticket = RunGate.Ticket(gate: gate, entry: Self.entry(1)) { Issue.record("admitted though the slot was taken") }
         let waiting = Self.run(URL(string: "http://127.0.0.1:1/file")!, core: core, path: path, admission: ticket)
         let stopped = Task { await Self.outcome(of: waiting) }

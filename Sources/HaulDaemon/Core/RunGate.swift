@@ -70,8 +70,7 @@ final class RunGate: Sendable {
                 guard let best else { break }
                 let waiter = self.waiters.remove(at: best)
                 self.take(waiter.entry.host)
-                // A ticket's place is kept (a waiting one's is known).
-                if self.places[waiter.number] == .waiting { self.places[waiter.number] = .holding }
+                self.places[waiter.number] = .holding
                 admitted.append(waiter)
             }
             return admitted
@@ -102,15 +101,13 @@ final class RunGate: Sendable {
         }
     }
 
-    /// Waits for a slot for `entry`'s transfer; one that fits is taken without suspending.
-    /// `number`: the ticket's (``issueNumber()``); an entry without one gets a number here.
+    /// Waits for a slot for `entry`'s transfer, as ticket `number` (``issueNumber()``); one that
+    /// fits is taken without suspending. Where the ticket is, is kept for its withdrawal until
+    /// it is released.
     ///
     /// - Throws: `CancellationError` when the calling task is cancelled while waiting, or when
     ///   the ticket was withdrawn.
-    func enter(_ entry: TransferScheduler.Entry, number ticket: UInt64? = nil) async throws {
-        let number = ticket ?? self.issueNumber()
-        // Where a ticket is, is kept for its withdrawal and until it is released.
-        let tracked = ticket != nil
+    func enter(_ entry: TransferScheduler.Entry, number: UInt64) async throws {
         let waits = try self.state.withLock { state throws(CancellationError) -> Bool in
             if state.places[number] == .withdrawn {
                 state.places[number] = nil
@@ -119,7 +116,7 @@ final class RunGate: Sendable {
             if Task.isCancelled { throw CancellationError() }
             if state.fits(entry.host) {
                 state.take(entry.host)
-                if tracked { state.places[number] = .holding }
+                state.places[number] = .holding
                 return false
             }
             return true
@@ -135,11 +132,11 @@ final class RunGate: Sendable {
                     if Task.isCancelled { return .failure(CancellationError()) }
                     if state.fits(entry.host) {
                         state.take(entry.host)
-                        if tracked { state.places[number] = .holding }
+                        state.places[number] = .holding
                         return .success(true)
                     }
                     state.waiters.append(Waiter(number: number, entry: entry, continuation: continuation))
-                    if tracked { state.places[number] = .waiting }
+                    state.places[number] = .waiting
                     return .success(false)
                 }
                 switch outcome {
