@@ -12,6 +12,33 @@ public enum TransferOwnerKind: String, Sendable, Hashable, CaseIterable, Codable
     }
 }
 
+/// One value for each ``TransferOwnerKind``: read and written at every start, end and
+/// decision of the scheduler, without hashing or a dictionary's storage (there are two kinds).
+struct PerOwner<Value: Sendable>: Sendable {
+    var session: Value
+    var queue: Value
+
+    init(_ value: Value) {
+        self.session = value
+        self.queue = value
+    }
+
+    subscript(owner: TransferOwnerKind) -> Value {
+        get {
+            switch owner {
+            case .session: self.session
+            case .queue: self.queue
+            }
+        }
+        set {
+            switch owner {
+            case .session: self.session = newValue
+            case .queue: self.queue = newValue
+            }
+        }
+    }
+}
+
 /// A transfer as the scheduler names it: its owner and the owner's own id for it.
 public struct TransferID: Sendable, Hashable, CustomStringConvertible {
     public var owner: TransferOwnerKind
@@ -139,7 +166,7 @@ public struct TransferScheduler: Sendable {
     private var location: [TransferID: Location] = [:]
     private var running: [TransferID: Running] = [:]
     private var runningPerHost: [String: Int] = [:]
-    private var runningPerOwner: [TransferOwnerKind: Int] = [:]
+    private var runningPerOwner = PerOwner(0)
     /// How many of `running` are discretionary: with none, nothing can yield to a blocked
     /// transfer, and a decision skips looking (it is made at every start and end).
     private var runningDiscretionary = 0
@@ -255,7 +282,7 @@ public struct TransferScheduler: Sendable {
         guard let finished = self.running.removeValue(forKey: id) else { return [] }
         self.runningPerHost[finished.entry.host, default: 1] -= 1
         if self.runningPerHost[finished.entry.host] == 0 { self.runningPerHost[finished.entry.host] = nil }
-        self.runningPerOwner[id.owner, default: 1] -= 1
+        self.runningPerOwner[id.owner] -= 1
         if finished.entry.isDiscretionary { self.runningDiscretionary -= 1 }
         if finished.isStandby { self.leaveStandby(finished.entry.host) }
         return self.decide(now: now)
@@ -355,7 +382,7 @@ public struct TransferScheduler: Sendable {
             self.standbyPerHost[entry.host, default: 0] += 1
         }
         self.runningPerHost[entry.host, default: 0] += 1
-        self.runningPerOwner[entry.id.owner, default: 0] += 1
+        self.runningPerOwner[entry.id.owner] += 1
         if entry.isDiscretionary { self.runningDiscretionary += 1 }
         return entry.id
     }
@@ -375,8 +402,8 @@ public struct TransferScheduler: Sendable {
     private func startsBefore(_ a: Entry, _ b: Entry) -> Bool {
         if a.isDiscretionary != b.isDiscretionary { return !a.isDiscretionary }
         if a.priority != b.priority { return a.priority > b.priority }
-        let runningA = self.runningPerOwner[a.id.owner] ?? 0
-        let runningB = self.runningPerOwner[b.id.owner] ?? 0
+        let runningA = self.runningPerOwner[a.id.owner]
+        let runningB = self.runningPerOwner[b.id.owner]
         if runningA != runningB { return runningA < runningB }
         if a.order != b.order { return a.order < b.order }
         if a.id.number != b.id.number { return a.id.number < b.id.number }
@@ -400,15 +427,18 @@ public struct TransferScheduler: Sendable {
         guard self.standbyCount > 0 else { return [] }
         // Only a head ranked above its owner's lowest-ranked standby transfer can take a place:
         // in a queue worked through in order there is none, and nothing is sorted.
-        var lowest: [TransferOwnerKind: Entry] = [:]
+        // Looked at after every start and end: no dictionary, no array until a head is blocked.
+        var lowest = PerOwner<Entry?>(nil)
         for running in self.running.values where running.isStandby && !running.isYielding {
             let owner = running.entry.id.owner
             if let current = lowest[owner], !Self.isWorse(running.entry, than: current) { continue }
             lowest[owner] = running.entry
         }
-        guard !lowest.isEmpty else { return [] }
-        var blocked = self.ready.values.compactMap(\.last).filter { head in
-            lowest[head.id.owner].map { Self.isWorse($0, than: head) } ?? false
+        guard lowest.session != nil || lowest.queue != nil else { return [] }
+        var blocked: [Entry] = []
+        for entries in self.ready.values {
+            guard let head = entries.last, let standby = lowest[head.id.owner], Self.isWorse(standby, than: head) else { continue }
+            blocked.append(head)
         }
         guard !blocked.isEmpty else { return [] }
         blocked.sort { Self.isWorse($1, than: $0) }  // best first
