@@ -14,7 +14,7 @@ public enum TransferOwnerKind: String, Sendable, Hashable, CaseIterable, Codable
 
 /// One value for each ``TransferOwnerKind``: read and written at every start, end and
 /// decision of the scheduler, without hashing or a dictionary's storage (there are two kinds).
-struct PerOwner<Value: Sendable>: Sendable {
+private struct PerOwner<Value: Sendable>: Sendable {
     var session: Value
     var queue: Value
 
