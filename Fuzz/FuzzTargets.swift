@@ -72,6 +72,14 @@ enum FuzzTarget: String, CaseIterable {
                 }
             }
         case .daemonLine:
+            // As a client reads an answer: the fast reader of download lists takes a line only as
+            // JSONDecoder reads it.
+            if let fast = DaemonServerLine.downloadList(line: bytes) {
+                let decoder = JSONDecoder()
+                decoder.dateDecodingStrategy = .iso8601
+                let slow = try? decoder.decode(DaemonServerLine.self, from: Data(bytes), maximumNesting: JSONNesting.limit)
+                precondition(fast == slow, "the download-list reader and JSONDecoder disagree: \(text)")
+            }
             // As the daemon reads a line (depth guard, fast batch reader, JSONDecoder).
             guard let request = try? DaemonRequest.decode(line: bytes) else { return }
             let encoded = (try? JSONEncoder().encode(request)) ?? Data()
@@ -81,6 +89,12 @@ enum FuzzTarget: String, CaseIterable {
             if let fast = DaemonRequest.batchAdd(line: bytes) {
                 let slow = try? JSONDecoder().decode(DaemonRequest.self, from: Data(bytes), maximumNesting: JSONNesting.limit)
                 precondition(fast == slow, "the batch reader and JSONDecoder disagree: \(text)")
+                // As a client writes a batch: read back by both readers as the same request.
+                if let line = try? fast.encodedLine() {
+                    let body = Array(line.dropLast())
+                    precondition(DaemonRequest.batchAdd(line: body) == fast, "a batch written by the client is not what it was: \(text)")
+                    precondition((try? JSONDecoder().decode(DaemonRequest.self, from: Data(body))) == fast, "JSONDecoder reads a client's batch otherwise: \(text)")
+                }
             }
         case .jsonRPC:
             if let value = try? JSONValue(parsing: bytes) {

@@ -102,9 +102,16 @@ package final class BackgroundDaemonClient: Sendable {
             completion(.failure(Failure(description: "the connection to hauld is closed")))
             return
         }
-        guard var data = try? JSONEncoder().encode(request) else { return }
-        data.append(UInt8(ascii: "\n"))
-        self.channel.writeAndFlush(ByteBuffer(bytes: data), promise: nil)
+        let line: [UInt8]
+        do {
+            line = try request.encodedLine()
+        } catch {
+            // Nothing was sent: the call fails now instead of waiting out its timeout.
+            _ = self.state.withLock { $0.pending.removeValue(forKey: request.id) }
+            completion(.failure(Failure(description: "cannot encode \(request.method.rawValue): \(error)")))
+            return
+        }
+        self.channel.writeAndFlush(ByteBuffer(bytes: line), promise: nil)
     }
 
     package func close() {
@@ -158,9 +165,7 @@ private final class ClientHandler: ChannelInboundHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let buffer = self.unwrapInboundIn(data)
         // No line of the daemon's nests deeply; one that does is not the daemon's (ignored).
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
-        if let line = try? decoder.decode(DaemonServerLine.self, from: Data(buffer.readableBytesView), maximumNesting: JSONNesting.limit) {
+        if let line = buffer.withUnsafeReadableBytes({ DaemonServerLine.decode(line: $0) }) {
             self.onLine(line)
         }
     }

@@ -213,6 +213,39 @@ struct DaemonRequestTests {
             }
         }
     }
+
+    @Test("A batch to add is written as a line that JSONDecoder and Haul's reader both read back as the same request; other requests as JSONEncoder writes them")
+    func batchAddLine() throws {
+        let full = NewDownload(
+            urls: [URL(string: "http://127.0.0.1:8080/a%20b?x=1&y=%22")!, URL(string: "http://[::1]:81/mirror")!],
+            directory: "/srv/Down loads/\"q\" \\ é",
+            fileName: "new\nline\u{1}.bin",
+            checksum: "sha256=00ff",
+            speedLimit: Int64.max,
+            priority: -7,
+            paused: true,
+            gid: "0123456789abcdef",
+            requestHeaders: ["X-Quote: \"q\"", "Referer: http://r/é"],
+            options: ["split": "8", "weird \"key\"": "v\n"],
+            connections: 16
+        )
+        let bare = NewDownload(urls: [URL(string: "http://127.0.0.1/f")!])
+        let many = (0..<50).map { NewDownload(urls: [URL(string: "http://127.0.0.1/f\($0).bin")!], directory: "/srv") }
+        for downloads in [[full], [bare], [full, bare], many, []] {
+            let request = DaemonRequest(id: 42, .queueAdd(.batch(downloads)))
+            let line = try request.encodedLine()
+            #expect(line.last == UInt8(ascii: "\n") && line.dropLast().allSatisfy { $0 != UInt8(ascii: "\n") })
+            let text = String(decoding: line.dropLast(), as: UTF8.self)
+            #expect(try self.decode(text) == request, "\(text)")
+            #expect(DaemonRequest.batchAdd(line: Array(line.dropLast())) == request, "the daemon's reader takes it: \(text)")
+        }
+        // Any other request: JSONEncoder's line.
+        for request in [DaemonRequest(id: 3, .ping), DaemonRequest(id: 4, .queueAdd(.one(full))), DaemonRequest(id: 5, .queueList(QueuePage(limit: 3)))] {
+            let line = try request.encodedLine()
+            #expect(line.last == UInt8(ascii: "\n"))
+            #expect(try self.decode(String(decoding: line.dropLast(), as: UTF8.self)) == request)
+        }
+    }
 }
 
 @Suite("JSONNesting: how deep a text nests, strings skipped")

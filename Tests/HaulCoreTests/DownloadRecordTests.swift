@@ -331,4 +331,62 @@ struct DownloadRecordTests {
         #expect(!keptBefore)
         #expect(!keptRemoved)
     }
+
+    /// An answer line as the daemon writes one that lists downloads (``DaemonServerLine/encoded()``).
+    static func answerLine(_ infos: [QueuedDownloadInfo], id: Int = 9, total: Int? = nil) throws -> [UInt8] {
+        var response = DaemonResponse(id: id)
+        response.encodedDownloads = DownloadRecord.array(infos.map(DownloadRecord.init), fields: nil)
+        response.total = total
+        return Array(try DaemonServerLine(response: response).encoded().dropLast())
+    }
+
+    @Test("An answer listing downloads read by Haul's JSON reader is what JSONDecoder reads; what it does not take exactly, it leaves")
+    func downloadListFastPath() throws {
+        var running = Self.info(id: 5, name: "r.bin", state: .active)
+        running.speed = 2
+        running.secondsRemaining = 0
+        let lists: [[QueuedDownloadInfo]] = [[], [Self.info(id: 1)], [Self.awkward, Self.info(id: 0, name: ""), running], (1...300).map { Self.info(id: Int64($0)) }]
+        for infos in lists {
+            for total in [nil, infos.count + 7] {
+                let line = try Self.answerLine(infos, total: total)
+                let fast = try #require(DaemonServerLine.downloadList(line: line), "\(String(decoding: line, as: UTF8.self))")
+                let slow = try Self.decoder.decode(DaemonServerLine.self, from: Data(line))
+                #expect(fast == slow)
+                #expect(fast.response?.downloads?.count == infos.count && fast.response?.total == total)
+                #expect(line.withUnsafeBytes { DaemonServerLine.decode(line: $0) } == slow)
+            }
+        }
+        // Left to JSONDecoder: it reads them (and the answer is the same), or refuses them.
+        let record = String(decoding: DownloadRecord(Self.info(id: 3)).bytes, as: UTF8.self)
+        func answer(_ members: String) -> String { #"{"response":{"id":1,\#(members)}}"# }
+        func withMember(_ member: String) -> String { answer(#""downloads":["# + record.dropLast() + "," + member + "}]") }
+        let left = [
+            answer(#""downloads":[\#(record)],"error":"no"}"#),
+            answer(#""count":3"#),
+            #"{"event":{"kind":"downloadChanged"}}"#,
+            #"{"response":{"id":1,"downloads":[]},"event":null}"#,
+            answer(#""downloads":[\#(record)],"id":2"#),
+            answer(#""downloads":[\#(record)],"total":1.5"#),
+            withMember(#""sources":[]"#),
+            withMember(#""unknown":1"#),
+            withMember(#""priority":1"#),
+            withMember(#""fileName":7"#),
+            withMember(#""totalBytes":1e3"#),
+            withMember(#""startedAt":"2026-11-23T10:15:60Z""#),
+            withMember(#""startedAt":"2026-11-23T10:15:00+01:00""#),
+            withMember(#""finishedAt":"2026-02-30T10:15:00Z""#),
+            withMember(#""segments":[[5,1]]"#),
+            withMember(#""segments":[[1]]"#),
+            withMember(#""options":{"a":"1","a":"2"}"#),
+            answer(#""downloads":[{"id":1}]"#),
+            answer(#""downloads":[\#(record.replacingOccurrences(of: #""gid":"""#, with: #""gid":null"#))]"#),
+            answer(#""downloads":[\#(record.replacingOccurrences(of: #""state":"paused""#, with: #""state":"sleeping""#))]"#),
+        ]
+        for text in left {
+            let line = Array(text.utf8)
+            #expect(DaemonServerLine.downloadList(line: line) == nil, "\(text)")
+            let slow = try? Self.decoder.decode(DaemonServerLine.self, from: Data(line))
+            #expect(line.withUnsafeBytes { DaemonServerLine.decode(line: $0) } == slow, "\(text)")
+        }
+    }
 }

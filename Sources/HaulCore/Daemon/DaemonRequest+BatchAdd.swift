@@ -37,7 +37,7 @@ extension DaemonRequest {
     /// which ignores unknown members): a member it does not know, a member named twice, a
     /// number that is not a whole one within range, a value of another type.
     public static func batchAdd(line bytes: some Collection<UInt8>) -> DaemonRequest? {
-        guard let value = try? JSONValue(parsing: bytes), let members = value.objectValue, members.hasUniqueNames else { return nil }
+        guard let value = try? JSONValue(parsing: bytes), let members = value.objectValue, members.hasUniqueMemberNames else { return nil }
         var id: Int?
         var isQueueAdd = false
         var downloads: [NewDownload]?
@@ -70,7 +70,7 @@ extension NewDownload {
     /// One download of a batch, as ``DaemonRequest/batchAdd(line:)`` takes it; `nil` for
     /// anything it leaves to `JSONDecoder`.
     init?(batchEntry entry: JSONValue) {
-        guard let members = entry.objectValue, members.hasUniqueNames else { return nil }
+        guard let members = entry.objectValue, members.hasUniqueMemberNames else { return nil }
         self.init(urls: [])
         var hasURLs = false
         for (name, value) in members {
@@ -118,7 +118,7 @@ extension NewDownload {
                 switch value {
                 case .null: self.options = nil
                 case .object(let pairs):
-                    guard pairs.hasUniqueNames else { return nil }
+                    guard pairs.hasUniqueMemberNames else { return nil }
                     var options: [String: String] = [:]
                     for (key, option) in pairs {
                         guard let text = option.stringValue else { return nil }
@@ -155,15 +155,73 @@ extension NewDownload {
     }
 }
 
-extension Array where Element == (String, JSONValue) {
-    /// No member named twice (what `JSONDecoder` does then is its own affair).
-    fileprivate var hasUniqueNames: Bool {
-        guard self.count > 1 else { return true }
-        if self.count <= 16 {
-            for index in self.indices.dropFirst() where self[..<index].contains(where: { $0.0 == self[index].0 }) { return false }
-            return true
+extension DaemonRequest {
+    /// The request as one line for the daemon's socket, newline included: a `queueAdd` of a
+    /// batch written with ``JSONWriter`` (what ``batchAdd(line:)`` reads back), anything else
+    /// with `JSONEncoder`. `JSONEncoder` took ~2 µs a download of `haul add`'s batch.
+    public func encodedLine() throws -> [UInt8] {
+        guard case .queueAdd(.batch(let downloads)) = self.command else {
+            var line = Array(try JSONEncoder().encode(self))
+            line.append(UInt8(ascii: "\n"))
+            return line
         }
-        var seen = Set<String>(minimumCapacity: self.count)
-        return self.allSatisfy { seen.insert($0.0).inserted }
+        var writer = JSONWriter(capacity: 64 + downloads.count * 128)
+        writer.append(raw: #"{"id":"#)
+        writer.append(integer: self.id)
+        writer.append(raw: #","method":"queueAdd","downloads":["#)
+        for (index, download) in downloads.enumerated() {
+            if index > 0 { writer.append(UInt8(ascii: ",")) }
+            download.write(to: &writer)
+        }
+        writer.append(raw: "]}\n")
+        return writer.bytes
+    }
+}
+
+extension NewDownload {
+    /// This download as a JSON object: every member `encode(to:)` writes, absent optionals left
+    /// out (as `JSONEncoder` does).
+    func write(to writer: inout JSONWriter) {
+        writer.append(raw: #"{"urls":["#)
+        for (index, url) in self.urls.enumerated() {
+            if index > 0 { writer.append(UInt8(ascii: ",")) }
+            writer.append(string: url.absoluteString)
+        }
+        writer.append(UInt8(ascii: "]"))
+        func member(_ key: CodingKeys) {
+            writer.append(raw: #",""#)
+            writer.append(verbatim: key.rawValue)
+            writer.append(raw: #"":"#)
+        }
+        func strings(_ values: some Sequence<String>) {
+            writer.append(UInt8(ascii: "["))
+            for (index, value) in values.enumerated() {
+                if index > 0 { writer.append(UInt8(ascii: ",")) }
+                writer.append(string: value)
+            }
+            writer.append(UInt8(ascii: "]"))
+        }
+        if let directory = self.directory { member(.directory); writer.append(string: directory) }
+        if let fileName = self.fileName { member(.fileName); writer.append(string: fileName) }
+        if let checksum = self.checksum { member(.checksum); writer.append(string: checksum) }
+        if let speedLimit = self.speedLimit { member(.speedLimit); writer.append(integer: speedLimit) }
+        if let priority = self.priority { member(.priority); writer.append(integer: priority) }
+        member(.paused)
+        writer.append(bool: self.paused)
+        if let gid = self.gid { member(.gid); writer.append(string: gid) }
+        if let headers = self.requestHeaders { member(.requestHeaders); strings(headers) }
+        if let options = self.options {
+            member(.options)
+            writer.append(UInt8(ascii: "{"))
+            for (index, key) in options.keys.sorted().enumerated() {
+                if index > 0 { writer.append(UInt8(ascii: ",")) }
+                writer.append(string: key)
+                writer.append(UInt8(ascii: ":"))
+                writer.append(string: options[key]!)
+            }
+            writer.append(UInt8(ascii: "}"))
+        }
+        if let connections = self.connections { member(.connections); writer.append(integer: connections) }
+        writer.append(UInt8(ascii: "}"))
     }
 }
