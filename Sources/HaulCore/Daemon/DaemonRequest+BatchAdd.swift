@@ -78,80 +78,35 @@ extension NewDownload {
             // does not compile here until this reader takes it too (it would otherwise be
             // dropped from long batches without a word). One it does not know: `JSONDecoder`'s.
             guard let key = CodingKeys(rawValue: name) else { return nil }
+            let taken: Bool
             switch key {
             case .urls:
-                guard let strings = value.arrayValue else { return nil }
-                var urls: [URL] = []
-                urls.reserveCapacity(strings.count)
-                for string in strings {
-                    guard let text = string.stringValue, let url = URL(string: text) else { return nil }
-                    urls.append(url)
-                }
+                guard let urls = value.urls else { return nil }
                 self.urls = urls
                 hasURLs = true
-            case .directory: guard Self.read(value, into: &self.directory) else { return nil }
-            case .fileName: guard Self.read(value, into: &self.fileName) else { return nil }
-            case .checksum: guard Self.read(value, into: &self.checksum) else { return nil }
-            case .gid: guard Self.read(value, into: &self.gid) else { return nil }
-            case .speedLimit: guard Self.read(value, into: &self.speedLimit) else { return nil }
-            case .priority: guard Self.read(value, into: &self.priority) else { return nil }
-            case .connections: guard Self.read(value, into: &self.connections) else { return nil }
+                taken = true
+            case .directory: taken = value.read(into: &self.directory)
+            case .fileName: taken = value.read(into: &self.fileName)
+            case .checksum: taken = value.read(into: &self.checksum)
+            case .gid: taken = value.read(into: &self.gid)
+            case .speedLimit: taken = value.read(into: &self.speedLimit)
+            case .priority: taken = value.read(into: &self.priority)
+            case .connections: taken = value.read(into: &self.connections)
             case .paused:
+                var paused: Bool?
                 switch value {
-                case .null: self.paused = false
-                case .bool(let paused): self.paused = paused
-                default: return nil
+                case .null: paused = false
+                case .bool(let flag): paused = flag
+                default: paused = nil
                 }
-            case .requestHeaders:
-                switch value {
-                case .null: self.requestHeaders = nil
-                case .array(let lines):
-                    var headers: [String] = []
-                    for line in lines {
-                        guard let text = line.stringValue else { return nil }
-                        headers.append(text)
-                    }
-                    self.requestHeaders = headers
-                default: return nil
-                }
-            case .options:
-                switch value {
-                case .null: self.options = nil
-                case .object(let pairs):
-                    guard pairs.hasUniqueMemberNames else { return nil }
-                    var options: [String: String] = [:]
-                    for (key, option) in pairs {
-                        guard let text = option.stringValue else { return nil }
-                        options[key] = text
-                    }
-                    self.options = options
-                default: return nil
-                }
+                self.paused = paused ?? false
+                taken = paused != nil
+            case .requestHeaders: taken = value.read(into: &self.requestHeaders)
+            case .options: taken = value.read(into: &self.options)
             }
+            guard taken else { return nil }
         }
         guard hasURLs else { return nil }
-    }
-
-    /// A string member (or `null`); `false` for a value of another type.
-    private static func read(_ value: JSONValue, into field: inout String?) -> Bool {
-        switch value {
-        case .null: field = nil
-        case .string(let text): field = text
-        default: return false
-        }
-        return true
-    }
-
-    /// A whole-number member that fits `Number` (or `null`); `false` otherwise.
-    private static func read<Number: FixedWidthInteger>(_ value: JSONValue, into field: inout Number?) -> Bool {
-        switch value {
-        case .null: field = nil
-        case .integer(let number):
-            guard let exact = Number(exactly: number) else { return false }
-            field = exact
-        default: return false
-        }
-        return true
     }
 }
 
@@ -182,24 +137,12 @@ extension NewDownload {
     /// This download as a JSON object: every member `encode(to:)` writes, absent optionals left
     /// out (as `JSONEncoder` does).
     func write(to writer: inout JSONWriter) {
-        writer.append(raw: #"{"urls":["#)
-        for (index, url) in self.urls.enumerated() {
-            if index > 0 { writer.append(UInt8(ascii: ",")) }
-            writer.append(string: url.absoluteString)
-        }
-        writer.append(UInt8(ascii: "]"))
+        writer.append(raw: #"{"urls":"#)
+        writer.append(strings: self.urls.lazy.map { $0.absoluteString })
         func member(_ key: CodingKeys) {
             writer.append(raw: #",""#)
             writer.append(verbatim: key.rawValue)
             writer.append(raw: #"":"#)
-        }
-        func strings(_ values: some Sequence<String>) {
-            writer.append(UInt8(ascii: "["))
-            for (index, value) in values.enumerated() {
-                if index > 0 { writer.append(UInt8(ascii: ",")) }
-                writer.append(string: value)
-            }
-            writer.append(UInt8(ascii: "]"))
         }
         if let directory = self.directory { member(.directory); writer.append(string: directory) }
         if let fileName = self.fileName { member(.fileName); writer.append(string: fileName) }
@@ -209,18 +152,8 @@ extension NewDownload {
         member(.paused)
         writer.append(bool: self.paused)
         if let gid = self.gid { member(.gid); writer.append(string: gid) }
-        if let headers = self.requestHeaders { member(.requestHeaders); strings(headers) }
-        if let options = self.options {
-            member(.options)
-            writer.append(UInt8(ascii: "{"))
-            for (index, key) in options.keys.sorted().enumerated() {
-                if index > 0 { writer.append(UInt8(ascii: ",")) }
-                writer.append(string: key)
-                writer.append(UInt8(ascii: ":"))
-                writer.append(string: options[key]!)
-            }
-            writer.append(UInt8(ascii: "}"))
-        }
+        if let headers = self.requestHeaders { member(.requestHeaders); writer.append(strings: headers) }
+        if let options = self.options { member(.options); writer.append(stringObject: options) }
         if let connections = self.connections { member(.connections); writer.append(integer: connections) }
         writer.append(UInt8(ascii: "}"))
     }

@@ -87,84 +87,42 @@ extension QueuedDownloadInfo {
             // so to records) does not compile here until this reader takes it too. A member that
             // is not a field (`sources`, written only by `JSONEncoder`): `JSONDecoder`'s.
             guard let field = DownloadField(rawValue: name) else { return nil }
+            let taken: Bool
             switch field {
-            case .id: guard let number = Self.required(value, as: Int64.self) else { return nil }; id = number
-            case .gid: guard case .string(let text) = value else { return nil }; gid = text
+            // Required: `null` is not taken.
+            case .id: taken = value != .null && value.read(into: &id)
+            case .gid: taken = value != .null && value.read(into: &gid)
             case .urls:
-                guard let strings = value.arrayValue else { return nil }
-                var list: [URL] = []
-                list.reserveCapacity(strings.count)
-                for string in strings {
-                    guard let text = string.stringValue, let url = URL(string: text) else { return nil }
-                    list.append(url)
-                }
-                urls = list
-            case .directory: guard case .string(let text) = value else { return nil }; directory = text
-            case .fileName: guard Self.read(value, into: &info.fileName) else { return nil }
-            case .path: guard Self.read(value, into: &info.path) else { return nil }
+                urls = value.urls
+                taken = urls != nil
+            case .directory: taken = value != .null && value.read(into: &directory)
             case .state:
-                guard case .string(let text) = value, let parsed = QueuedDownloadState(rawValue: text) else { return nil }
-                state = parsed
-            case .bytesDone: guard let number = Self.required(value, as: Int64.self) else { return nil }; bytesDone = number
-            case .totalBytes: guard Self.read(value, into: &info.totalBytes) else { return nil }
-            case .speed: guard Self.read(value, into: &info.speed) else { return nil }
-            case .secondsRemaining: guard Self.read(value, into: &info.secondsRemaining) else { return nil }
-            case .errorMessage: guard Self.read(value, into: &info.errorMessage) else { return nil }
-            case .errorCode: guard Self.read(value, into: &info.errorCode) else { return nil }
-            case .checksum: guard Self.read(value, into: &info.checksum) else { return nil }
-            case .priority: guard let number = Self.required(value, as: Int.self) else { return nil }; priority = number
-            case .speedLimit: guard Self.read(value, into: &info.speedLimit) else { return nil }
-            case .requestHeaders:
-                switch value {
-                case .null: info.requestHeaders = nil
-                case .array(let lines):
-                    var headers: [String] = []
-                    for line in lines {
-                        guard let text = line.stringValue else { return nil }
-                        headers.append(text)
-                    }
-                    info.requestHeaders = headers
-                default: return nil
-                }
-            case .options:
-                switch value {
-                case .null: info.options = nil
-                case .object(let pairs):
-                    guard pairs.hasUniqueMemberNames else { return nil }
-                    var options: [String: String] = [:]
-                    for (key, option) in pairs {
-                        guard let text = option.stringValue else { return nil }
-                        options[key] = text
-                    }
-                    info.options = options
-                default: return nil
-                }
-            case .queueRank: guard Self.read(value, into: &info.queueRank) else { return nil }
-            case .connections: guard Self.read(value, into: &info.connections) else { return nil }
-            case .maximumConnections: guard Self.read(value, into: &info.maximumConnections) else { return nil }
-            case .segments:
-                switch value {
-                case .null: info.segments = nil
-                case .array(let pairs):
-                    // As ``ByteRangeSet``'s decoder takes them: pairs [lower, upper], 0 <= lower <= upper.
-                    var ranges: [Range<Int64>] = []
-                    for pair in pairs {
-                        guard case .array(let bounds) = pair, bounds.count == 2, case .integer(let lower) = bounds[0],
-                            case .integer(let upper) = bounds[1], lower >= 0, lower <= upper
-                        else { return nil }
-                        ranges.append(lower..<upper)
-                    }
-                    info.segments = ByteRangeSet(ranges)
-                default: return nil
-                }
-            case .runner: guard Self.read(value, into: &info.runner) else { return nil }
-            case .createdAt:
-                var date: Date?
-                guard Self.read(value, into: &date), let date else { return nil }
-                createdAt = date
-            case .startedAt: guard Self.read(value, into: &info.startedAt) else { return nil }
-            case .finishedAt: guard Self.read(value, into: &info.finishedAt) else { return nil }
+                state = value.stringValue.flatMap(QueuedDownloadState.init(rawValue:))
+                taken = state != nil
+            case .bytesDone: taken = value != .null && value.read(into: &bytesDone)
+            case .priority: taken = value != .null && value.read(into: &priority)
+            case .createdAt: taken = value != .null && Self.read(value, into: &createdAt)
+            // Optional.
+            case .fileName: taken = value.read(into: &info.fileName)
+            case .path: taken = value.read(into: &info.path)
+            case .totalBytes: taken = value.read(into: &info.totalBytes)
+            case .speed: taken = value.read(into: &info.speed)
+            case .secondsRemaining: taken = value.read(into: &info.secondsRemaining)
+            case .errorMessage: taken = value.read(into: &info.errorMessage)
+            case .errorCode: taken = value.read(into: &info.errorCode)
+            case .checksum: taken = value.read(into: &info.checksum)
+            case .speedLimit: taken = value.read(into: &info.speedLimit)
+            case .requestHeaders: taken = value.read(into: &info.requestHeaders)
+            case .options: taken = value.read(into: &info.options)
+            case .queueRank: taken = value.read(into: &info.queueRank)
+            case .connections: taken = value.read(into: &info.connections)
+            case .maximumConnections: taken = value.read(into: &info.maximumConnections)
+            case .segments: taken = Self.read(value, into: &info.segments)
+            case .runner: taken = value.read(into: &info.runner)
+            case .startedAt: taken = Self.read(value, into: &info.startedAt)
+            case .finishedAt: taken = Self.read(value, into: &info.finishedAt)
             }
+            guard taken else { return nil }
         }
         guard let id, let gid, let urls, let directory, let state, let bytesDone, let priority, let createdAt else { return nil }
         info.id = id
@@ -178,40 +136,20 @@ extension QueuedDownloadInfo {
         self = info
     }
 
-    /// A whole number that fits `Number` (not `null`).
-    private static func required<Number: FixedWidthInteger>(_ value: JSONValue, as type: Number.Type) -> Number? {
-        guard case .integer(let number) = value else { return nil }
-        return Number(exactly: number)
-    }
-
-    /// A string member (or `null`); `false` for a value of another type.
-    private static func read(_ value: JSONValue, into field: inout String?) -> Bool {
+    /// Byte ranges as ``ByteRangeSet``'s decoder takes them (pairs [lower, upper] with
+    /// 0 <= lower <= upper), or `null`.
+    private static func read(_ value: JSONValue, into field: inout ByteRangeSet?) -> Bool {
         switch value {
         case .null: field = nil
-        case .string(let text): field = text
-        default: return false
-        }
-        return true
-    }
-
-    /// A whole-number member that fits `Number` (or `null`); `false` otherwise.
-    private static func read<Number: FixedWidthInteger>(_ value: JSONValue, into field: inout Number?) -> Bool {
-        switch value {
-        case .null: field = nil
-        case .integer(let number):
-            guard let exact = Number(exactly: number) else { return false }
-            field = exact
-        default: return false
-        }
-        return true
-    }
-
-    /// A number member (or `null`); a whole one is read as `JSONDecoder` reads it into a `Double`.
-    private static func read(_ value: JSONValue, into field: inout Double?) -> Bool {
-        switch value {
-        case .null: field = nil
-        case .double(let number): field = number
-        case .integer(let number): field = Double(number)
+        case .array(let pairs):
+            var ranges: [Range<Int64>] = []
+            for pair in pairs {
+                guard case .array(let bounds) = pair, bounds.count == 2, case .integer(let lower) = bounds[0],
+                    case .integer(let upper) = bounds[1], lower >= 0, lower <= upper
+                else { return false }
+                ranges.append(lower..<upper)
+            }
+            field = ByteRangeSet(ranges)
         default: return false
         }
         return true
@@ -230,18 +168,5 @@ extension QueuedDownloadInfo {
         default: return false
         }
         return true
-    }
-}
-
-extension Array where Element == (String, JSONValue) {
-    /// No member named twice (what `JSONDecoder` does then is its own affair).
-    var hasUniqueMemberNames: Bool {
-        guard self.count > 1 else { return true }
-        if self.count <= 32 {
-            for index in self.indices.dropFirst() where self[..<index].contains(where: { $0.0 == self[index].0 }) { return false }
-            return true
-        }
-        var seen = Set<String>(minimumCapacity: self.count)
-        return self.allSatisfy { seen.insert($0.0).inserted }
     }
 }

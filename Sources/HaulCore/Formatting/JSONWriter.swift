@@ -83,6 +83,28 @@ public struct JSONWriter: Sendable {
         self.append(raw: bool ? "true" : "false")
     }
 
+    /// `["a","b"]`.
+    public mutating func append(strings: some Sequence<String>) {
+        self.bytes.append(UInt8(ascii: "["))
+        for (index, string) in strings.enumerated() {
+            if index > 0 { self.bytes.append(UInt8(ascii: ",")) }
+            self.append(string: string)
+        }
+        self.bytes.append(UInt8(ascii: "]"))
+    }
+
+    /// `{"a":"1","b":"2"}`, names in sorted order (the same bytes for the same dictionary).
+    public mutating func append(stringObject: [String: String]) {
+        self.bytes.append(UInt8(ascii: "{"))
+        for (index, name) in stringObject.keys.sorted().enumerated() {
+            if index > 0 { self.bytes.append(UInt8(ascii: ",")) }
+            self.append(string: name)
+            self.bytes.append(UInt8(ascii: ":"))
+            self.append(string: stringObject[name]!)
+        }
+        self.bytes.append(UInt8(ascii: "}"))
+    }
+
     /// `"2026-11-23T10:15:00Z"`.
     public mutating func append(date: Date) {
         self.bytes.append(UInt8(ascii: "\""))

@@ -24,14 +24,7 @@ public struct DownloadRecord: Sendable, Hashable {
         }
         member(.id) { $0.append(integer: info.id) }
         member(.gid) { $0.append(string: info.gid) }
-        member(.urls) { writer in
-            writer.append(UInt8(ascii: "["))
-            for (index, url) in info.urls.enumerated() {
-                if index > 0 { writer.append(UInt8(ascii: ",")) }
-                writer.append(string: url.absoluteString)
-            }
-            writer.append(UInt8(ascii: "]"))
-        }
+        member(.urls) { $0.append(strings: info.urls.lazy.map { $0.absoluteString }) }
         member(.directory) { $0.append(string: info.directory) }
         if let fileName = info.fileName { member(.fileName) { $0.append(string: fileName) } }
         if let path = info.path { member(.path) { $0.append(string: path) } }
@@ -45,28 +38,8 @@ public struct DownloadRecord: Sendable, Hashable {
         if let checksum = info.checksum { member(.checksum) { $0.append(string: checksum) } }
         member(.priority) { $0.append(integer: info.priority) }
         if let speedLimit = info.speedLimit { member(.speedLimit) { $0.append(integer: speedLimit) } }
-        if let headers = info.requestHeaders {
-            member(.requestHeaders) { writer in
-                writer.append(UInt8(ascii: "["))
-                for (index, header) in headers.enumerated() {
-                    if index > 0 { writer.append(UInt8(ascii: ",")) }
-                    writer.append(string: header)
-                }
-                writer.append(UInt8(ascii: "]"))
-            }
-        }
-        if let options = info.options {
-            member(.options) { writer in
-                writer.append(UInt8(ascii: "{"))
-                for (index, key) in options.keys.sorted().enumerated() {
-                    if index > 0 { writer.append(UInt8(ascii: ",")) }
-                    writer.append(string: key)
-                    writer.append(UInt8(ascii: ":"))
-                    writer.append(string: options[key]!)
-                }
-                writer.append(UInt8(ascii: "}"))
-            }
-        }
+        if let headers = info.requestHeaders { member(.requestHeaders) { $0.append(strings: headers) } }
+        if let options = info.options { member(.options) { $0.append(stringObject: options) } }
         if let queueRank = info.queueRank { member(.queueRank) { $0.append(double: queueRank) } }
         if let connections = info.connections { member(.connections) { $0.append(integer: connections) } }
         if let maximum = info.maximumConnections { member(.maximumConnections) { $0.append(integer: maximum) } }
