@@ -277,6 +277,11 @@ struct Aria2RPCTests {
         let drawn = Set((0..<1000).map { _ in DownloadGID.random() })
         #expect(drawn.count == 1000)
         #expect(drawn.allSatisfy { DownloadGID.normalized($0) == $0 && $0 != "0000000000000000" })
+        // Drawn for a batch at once: as many, all different, each a GID.
+        let batch = DownloadGID.random(count: 1000)
+        #expect(batch.count == 1000 && Set(batch).count == 1000 && Set(batch).isDisjoint(with: drawn))
+        #expect(batch.allSatisfy { DownloadGID.normalized($0) == $0 && $0 != "0000000000000000" })
+        #expect(DownloadGID.random(count: 0).isEmpty)
     }
 
     @Test("Error codes follow aria2's list")

@@ -465,11 +465,12 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var rows: [StoredDownload] = []
         var chosenGIDs: Set<String> = []
         rows.reserveCapacity(requests.count)
+        let gids = DownloadGID.random(count: requests.count)
         for (index, request) in requests.enumerated() {
             do {
                 let directory = request.directory ?? defaultDirectory
                 if prepared.insert(directory).inserted { try Self.prepareDirectory(directory) }
-                let row = try Self.validated(request, directory: directory)
+                let row = try Self.validated(request, directory: directory, gid: gids[index])
                 if request.gid != nil, !chosenGIDs.insert(row.gid).inserted { throw DaemonError("GID \(row.gid) is not unique") }
                 rows.append(row)
             } catch let error as DaemonError where requests.count > 1 {
@@ -499,8 +500,8 @@ public final class DownloadQueue: TransferOwner, Sendable {
         }
     }
 
-    /// Checks one request and makes its row.
-    private static func validated(_ request: NewDownload, directory: String) throws -> StoredDownload {
+    /// Checks one request and makes its row, with `gid` unless the request chose one.
+    private static func validated(_ request: NewDownload, directory: String, gid random: String) throws -> StoredDownload {
         guard !request.urls.isEmpty else { throw DaemonError("add needs at least one URL") }
         for url in request.urls {
             guard url.isHTTPWithHost else {
@@ -515,7 +516,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         let spec: ChecksumSpec?
         do { spec = try request.checksum.map { try ChecksumSpec(parsing: $0) } } catch { throw DaemonError("bad checksum: \(error)") }
         if let speedLimit = request.speedLimit, speedLimit < 0 { throw DaemonError("a speed limit cannot be negative") }
-        var gid = DownloadGID.random()
+        var gid = random
         if let chosen = request.gid {
             guard let normalized = DownloadGID.normalized(chosen), normalized != "0000000000000000" else {
                 throw DaemonError("'\(chosen)' is not a GID (16 hex digits)")
