@@ -80,6 +80,12 @@ enum FuzzTarget: String, CaseIterable {
                 let slow = try? decoder.decode(DaemonServerLine.self, from: Data(bytes), maximumNesting: JSONNesting.limit)
                 precondition(fast == slow, "the download-list reader and JSONDecoder disagree: \(text)")
             }
+            if let fast = DaemonServerLine.downloadChange(line: bytes) {
+                let decoder = JSONDecoder()
+                decoder.dateDecodingStrategy = .iso8601
+                let slow = try? decoder.decode(DaemonServerLine.self, from: Data(bytes), maximumNesting: JSONNesting.limit)
+                precondition(fast == slow, "the download-change reader and JSONDecoder disagree: \(text)")
+            }
             // As the daemon reads a line (depth guard, fast batch reader, JSONDecoder).
             guard let request = try? DaemonRequest.decode(line: bytes) else { return }
             let encoded = (try? JSONEncoder().encode(request)) ?? Data()

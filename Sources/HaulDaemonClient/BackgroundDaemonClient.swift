@@ -5,8 +5,8 @@ import NIOPosix
 import Synchronization
 
 /// The connection of a background session to `hauld`: JSON lines over the daemon's Unix
-/// socket. Requests are answered in order; events are handed to `onEvent` on an event-loop
-/// thread, in the order the daemon sent them.
+/// socket. Requests are answered in order; events are handed to ``onEvent(_:)``'s handler on an
+/// event-loop thread, in the order the daemon sent them.
 ///
 /// `package`: the `haul` command talks to the daemon's queue through it too.
 package final class BackgroundDaemonClient: Sendable {
@@ -24,10 +24,19 @@ package final class BackgroundDaemonClient: Sendable {
         var isClosed = false
     }
 
+    /// The handlers, as fields of a struct: a closure kept as a `Mutex`'s own (generic) value
+    /// was wrapped in two more reabstraction thunks by every `withLock { $0 }` that read it (the
+    /// read goes through the `inout` and is stored back), so the n-th event went through 2n
+    /// thunks, each copying the event: `haul wait` on 1,000 small files spent over a second of
+    /// CPU, and a long-lived session would end in a stack overflow.
+    private struct Handlers {
+        var onEvent: (@Sendable (DaemonEvent) -> Void)?
+        var onClose: (@Sendable () -> Void)?
+    }
+
     private let channel: any Channel
     private let state = Mutex(State())
-    package let onEvent: Mutex<(@Sendable (DaemonEvent) -> Void)?> = Mutex(nil)
-    package let onClose: Mutex<(@Sendable () -> Void)?> = Mutex(nil)
+    private let handlers = Mutex(Handlers())
 
     private init(channel: any Channel) {
         self.channel = channel
@@ -118,12 +127,22 @@ package final class BackgroundDaemonClient: Sendable {
         self.channel.close(promise: nil)
     }
 
+    /// `handler` gets every event, on an event-loop thread, in the order the daemon sent them.
+    package func onEvent(_ handler: @escaping @Sendable (DaemonEvent) -> Void) {
+        self.handlers.withLock { $0.onEvent = handler }
+    }
+
+    /// `handler` runs once when the connection is gone.
+    package func onClose(_ handler: @escaping @Sendable () -> Void) {
+        self.handlers.withLock { $0.onClose = handler }
+    }
+
     private func received(_ line: DaemonServerLine) {
         if let response = line.response {
             let completion = self.state.withLock { $0.pending.removeValue(forKey: response.id) }
             completion?(.success(response))
         } else if let event = line.event {
-            self.onEvent.withLock { $0 }?(event)
+            self.handlers.withLock { $0.onEvent }?(event)
         }
     }
 
@@ -137,7 +156,7 @@ package final class BackgroundDaemonClient: Sendable {
         }
         guard let waiting else { return }
         for completion in waiting { completion(.failure(Failure(description: "hauld closed the connection"))) }
-        self.onClose.withLock { $0 }?()
+        self.handlers.withLock { $0.onClose }?()
     }
 }
 

@@ -333,10 +333,11 @@ struct DownloadRecordTests {
     }
 
     /// An answer line as the daemon writes one that lists downloads (``DaemonServerLine/encoded()``).
-    static func answerLine(_ infos: [QueuedDownloadInfo], id: Int = 9, total: Int? = nil) throws -> [UInt8] {
+    static func answerLine(_ infos: [QueuedDownloadInfo], id: Int = 9, total: Int? = nil, settings: QueueSettings? = nil) throws -> [UInt8] {
         var response = DaemonResponse(id: id)
         response.encodedDownloads = DownloadRecord.array(infos.map(DownloadRecord.init), fields: nil)
         response.total = total
+        response.settings = settings
         return Array(try DaemonServerLine(response: response).encoded().dropLast())
     }
 
@@ -347,8 +348,12 @@ struct DownloadRecordTests {
         running.secondsRemaining = 0
         let lists: [[QueuedDownloadInfo]] = [[], [Self.info(id: 1)], [Self.awkward, Self.info(id: 0, name: ""), running], (1...300).map { Self.info(id: Int64($0)) }]
         for infos in lists {
-            for total in [nil, infos.count + 7] {
-                let line = try Self.answerLine(infos, total: total)
+            var settings = QueueSettings(defaultDirectory: "/srv/\"d\" é")
+            settings.connectionsPerDownload = 3
+            settings.globalSpeedLimit = Int64.max
+            settings.rpcOptions = ["split": "4", "x \"y\"": "z"]
+            for (total, settings) in [(nil, nil), (infos.count + 7, QueueSettings(defaultDirectory: "/d")), (0, settings)] {
+                let line = try Self.answerLine(infos, total: total, settings: settings)
                 let fast = try #require(DaemonServerLine.downloadList(line: line), "\(String(decoding: line, as: UTF8.self))")
                 let slow = try Self.decoder.decode(DaemonServerLine.self, from: Data(line))
                 #expect(fast == slow)
@@ -363,6 +368,9 @@ struct DownloadRecordTests {
         let left = [
             answer(#""downloads":[\#(record)],"error":"no"}"#),
             answer(#""count":3"#),
+            answer(#""downloads":[],"settings":{"maximumConcurrentDownloads":1,"maximumConnectionsPerHost":1,"globalSpeedLimit":0}"#),
+            answer(#""downloads":[],"settings":{"maximumConcurrentDownloads":1,"maximumConnectionsPerHost":1,"globalSpeedLimit":0,"defaultDirectory":"/d","extra":1}"#),
+            answer(#""downloads":[],"settings":{"maximumConcurrentDownloads":1.5,"maximumConnectionsPerHost":1,"globalSpeedLimit":0,"defaultDirectory":"/d"}"#),
             #"{"event":{"kind":"downloadChanged"}}"#,
             #"{"response":{"id":1,"downloads":[]},"event":null}"#,
             answer(#""downloads":[\#(record)],"id":2"#),
@@ -385,6 +393,44 @@ struct DownloadRecordTests {
         for text in left {
             let line = Array(text.utf8)
             #expect(DaemonServerLine.downloadList(line: line) == nil, "\(text)")
+            let slow = try? Self.decoder.decode(DaemonServerLine.self, from: Data(line))
+            #expect(line.withUnsafeBytes { DaemonServerLine.decode(line: $0) } == slow, "\(text)")
+        }
+    }
+
+    @Test("A download's change written from its record reads back, by Haul's reader and JSONDecoder alike, as the event JSONEncoder writes; what the reader does not take exactly, it leaves")
+    func changeEventFastPath() throws {
+        var running = Self.info(id: 5, name: "r.bin", state: .active)
+        running.speed = 2
+        for info in [Self.info(id: 1), Self.awkward, running] {
+            var event = DaemonEvent(kind: .downloadChanged)
+            event.download = info
+            event.downloadID = info.id
+            let written = try #require(DaemonServerLine.encodedChange(info))
+            #expect(written.last == UInt8(ascii: "\n"))
+            let line = Array(written.dropLast())
+            let fast = try #require(DaemonServerLine.downloadChange(line: line), "\(String(decoding: line, as: UTF8.self))")
+            let slow = try Self.decoder.decode(DaemonServerLine.self, from: Data(line))
+            let usual = try Self.decoder.decode(DaemonServerLine.self, from: Data(DaemonServerLine(event: event).encoded()))
+            #expect(fast == slow && slow == usual)
+            #expect(line.withUnsafeBytes { DaemonServerLine.decode(line: $0) } == usual)
+        }
+        // A segmented run's sources are not in a record: JSONEncoder writes that event.
+        var segmented = Self.info(id: 9, state: .active)
+        segmented.sources = []
+        #expect(DaemonServerLine.encodedChange(segmented) == nil)
+        let record = String(decoding: DownloadRecord(Self.info(id: 3)).bytes, as: UTF8.self)
+        let left = [
+            #"{"event":{"kind":"downloadChanged","downloadID":3,"download":\#(record),"taskID":1}}"#,
+            #"{"event":{"kind":"downloadChanged","downloadID":3,"downloadID":4,"download":\#(record)}}"#,
+            #"{"event":{"kind":"downloadRemoved","downloadID":3}}"#,
+            #"{"event":{"kind":"downloadChanged","downloadID":"3","download":\#(record)}}"#,
+            #"{"event":{"kind":"downloadChanged","download":\#(record.replacingOccurrences(of: #""id":3"#, with: #""id":3.5"#))}}"#,
+            #"{"event":{"kind":"downloadChanged","download":\#(record)},"response":null}"#,
+        ]
+        for text in left {
+            let line = Array(text.utf8)
+            #expect(DaemonServerLine.downloadChange(line: line) == nil, "\(text)")
             let slow = try? Self.decoder.decode(DaemonServerLine.self, from: Data(line))
             #expect(line.withUnsafeBytes { DaemonServerLine.decode(line: $0) } == slow, "\(text)")
         }

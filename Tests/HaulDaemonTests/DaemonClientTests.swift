@@ -2,6 +2,7 @@ import Foundation
 import HaulCore
 import HaulDaemonClient
 import HaulTestSupport
+import Synchronization
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -54,5 +55,75 @@ struct DaemonClientTests {
             #expect(throws: (any Error).self) { try outcome.get() }
             #expect(ContinuousClock.now - started < .seconds(5), "the closed connection was noticed")
         }
+    }
+
+    /// A Unix socket at `path` that answers its first connection's first request line with
+    /// `events` event lines, then the answer. Returns how to stop it.
+    static func answerAfterEvents(at path: String, events: Int) throws -> () -> Void {
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(listener >= 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            _ = path.utf8CString.withUnsafeBytes { raw.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0.prefix(raw.count - 1))) }
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        try #require(bound == 0 && listen(listener, 16) == 0)
+        let thread = Thread {
+            let connection = accept(listener, nil, nil)
+            guard connection >= 0 else { return }
+            var byte: UInt8 = 0
+            while read(connection, &byte, 1) == 1, byte != UInt8(ascii: "\n") {}
+            var lines = String(repeating: #"{"event":{"kind":"progress","taskID":7,"bytesOnDisk":1}}"# + "\n", count: events)
+            lines += #"{"response":{"id":1}}"# + "\n"
+            let bytes = Array(lines.utf8)
+            var sent = 0
+            while sent < bytes.count {
+                let written = bytes[sent...].withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+                guard written > 0 else { break }
+                sent += written
+            }
+            close(connection)
+        }
+        thread.start()
+        return {
+            shutdown(listener, Int32(SHUT_RDWR))
+            close(listener)
+            unlink(path)
+        }
+    }
+
+    @Test("The event handler is called the same way for the thousandth event as for the first (no thunk more for each event heard)")
+    func eventHandlerDepthStaysFlat() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let paths = DaemonPaths(dataDirectory: directory, runtimeDirectory: directory)
+        let count = 2000
+        let stop = try Self.answerAfterEvents(at: paths.socketPath, events: count)
+        defer { stop() }
+        // The stack depth at which the handler runs, for each event.
+        let depths = Mutex<[Int]>([])
+        let outcome = await blocking { () -> Result<DaemonResponse, any Error> in
+            Result {
+                let client = try BackgroundDaemonClient.connectOnce(paths: paths)
+                defer { client.close() }
+                client.onEvent { _ in
+                    let depth = Thread.callStackReturnAddresses.count
+                    depths.withLock { $0.append(depth) }
+                }
+                return try client.call(DaemonRequest(.ping))
+            }
+        }
+        _ = try outcome.get()
+        let seen = depths.withLock { $0 }
+        #expect(seen.count == count, "every event before the answer reached the handler")
+        // The network stack may call it a few frames deeper or shallower (a read that found
+        // the socket drained, a buffer grown); a thunk more for every event heard made the
+        // last one thousands of frames deeper than the first.
+        let (low, high) = (seen.min() ?? 0, seen.max() ?? 0)
+        #expect(high - low <= 16, "depths from \(low) to \(high) frames")
     }
 }

@@ -34,8 +34,8 @@ final class BackgroundSessionLink: Sendable {
     /// Connects and attaches. Throws when the daemon cannot be reached or refuses the identifier.
     func attach() throws {
         let client = try BackgroundDaemonClient.connect(paths: self.paths)
-        client.onEvent.withLock { $0 = { [weak self] event in self?.handle(event) } }
-        client.onClose.withLock { $0 = { [weak self] in self?.connectionLost() } }
+        client.onEvent { [weak self] event in self?.handle(event) }
+        client.onClose { [weak self] in self?.connectionLost() }
         let request = DaemonRequest(.attach(.init(session: self.identifier, launchCommand: self.launchCommand)))
         // Recorded before the attach: the backlog follows its answer at once, and handling it
         // needs the connection to acknowledge events.

@@ -55,7 +55,7 @@ struct QueueClient {
 
     /// Subscribes to queue events; `handler` runs on a network thread, in order.
     func subscribe(_ handler: @escaping @Sendable (DaemonEvent) -> Void) throws {
-        self.connection.onEvent.withLock { $0 = handler }
+        self.connection.onEvent(handler)
         _ = try self.call(.queueSubscribe)
     }
 

@@ -83,3 +83,40 @@ public enum SpeedLimit {
         return ByteCountFormatting.parseSize(trimmed)
     }
 }
+
+extension QueueSettings {
+    /// The settings as an answer carries them, read from Haul's JSON reader (for
+    /// ``DaemonServerLine/downloadList(line:)``); `nil` for anything `JSONDecoder` might read
+    /// otherwise, left to it.
+    init?(member: JSONValue) {
+        guard let members = member.objectValue, members.hasUniqueMemberNames else { return nil }
+        var maximumConcurrent: Int?
+        var maximumPerHost: Int?
+        var globalSpeedLimit: Int64?
+        var defaultDirectory: String?
+        var connections: Int?
+        var rpcOptions: [String: String]?
+        for (name, value) in members {
+            // Exhaustive over the members `JSONDecoder` reads: one added here does not compile
+            // until this reader takes it too.
+            guard let key = CodingKeys(stringValue: name) else { return nil }
+            let taken: Bool
+            switch key {
+            case .maximumConcurrentDownloads: taken = value != .null && value.read(into: &maximumConcurrent)
+            case .maximumConnectionsPerHost: taken = value != .null && value.read(into: &maximumPerHost)
+            case .globalSpeedLimit: taken = value != .null && value.read(into: &globalSpeedLimit)
+            case .defaultDirectory: taken = value != .null && value.read(into: &defaultDirectory)
+            case .connectionsPerDownload: taken = value.read(into: &connections)
+            case .rpcOptions: taken = value.read(into: &rpcOptions)
+            }
+            guard taken else { return nil }
+        }
+        guard let maximumConcurrent, let maximumPerHost, let globalSpeedLimit, let defaultDirectory else { return nil }
+        self.init(defaultDirectory: defaultDirectory)
+        self.maximumConcurrentDownloads = maximumConcurrent
+        self.maximumConnectionsPerHost = maximumPerHost
+        self.globalSpeedLimit = globalSpeedLimit
+        self.connectionsPerDownload = connections
+        self.rpcOptions = rpcOptions
+    }
+}

@@ -19,6 +19,17 @@ final class DaemonConnection: DaemonClient, Sendable {
         self.write(DaemonServerLine(event: event))
     }
 
+    /// Tells the subscriber that `download` was added or changed.
+    func sendChange(_ download: QueuedDownloadInfo) {
+        guard let bytes = DaemonServerLine.encodedChange(download) else {
+            var event = DaemonEvent(kind: .downloadChanged)
+            event.download = download
+            event.downloadID = download.id
+            return self.send(event)
+        }
+        self.channel.writeAndFlush(ByteBuffer(bytes: bytes), promise: nil)
+    }
+
     var isConnected: Bool { self.channel.isActive }
 
     /// Whether every request this connection sent before has been answered.

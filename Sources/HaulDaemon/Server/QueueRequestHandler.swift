@@ -61,6 +61,7 @@ enum QueueRequestHandler {
             guard connection.subscription.withLock({ $0 }) == nil else { return }
             let id = queue.subscribe { [weak connection] change in
                 guard let connection else { return }
+                if case .changed(let info) = change { return connection.sendChange(info) }
                 connection.send(Self.event(for: change))
             }
             connection.subscription.withLock { $0 = id }
