@@ -10,6 +10,9 @@ final class DaemonConnection: DaemonClient, Sendable {
     let subscription = Mutex<UInt64?>(nil)
     /// Requests of this connection handed to a task and not yet answered.
     private let requestsInFlight = Atomic<Int>(0)
+    /// Lines written and not yet handed to the channel's event loop; `scheduled` while a hop
+    /// to that loop is on its way with them.
+    private let outbox = Mutex<(lines: [UInt8], scheduled: Bool)>(([], false))
 
     init(channel: any Channel) {
         self.channel = channel
@@ -27,7 +30,7 @@ final class DaemonConnection: DaemonClient, Sendable {
             event.downloadID = download.id
             return self.send(event)
         }
-        self.channel.writeAndFlush(ByteBuffer(bytes: bytes), promise: nil)
+        self.enqueue(bytes)
     }
 
     var isConnected: Bool { self.channel.isActive }
@@ -46,7 +49,29 @@ final class DaemonConnection: DaemonClient, Sendable {
 
     private func write(_ line: DaemonServerLine) {
         guard let bytes = try? line.encoded() else { return }
-        self.channel.writeAndFlush(ByteBuffer(bytes: bytes), promise: nil)
+        self.enqueue(bytes)
+    }
+
+    /// Hands `line` to the channel after the lines written before it. Lines written while a
+    /// hop to the channel's loop is on its way go with it, in one write: a subscriber of a
+    /// queue of small files hears ~3 changes a file, and each took a hop (a task and a wake-up
+    /// of the loop) from the queue's thread (with one subscriber, hauld spent ~35 µs more a file).
+    private func enqueue(_ line: [UInt8]) {
+        let schedule = self.outbox.withLock { outbox -> Bool in
+            // A long answer alone is handed on as it is, not copied.
+            if outbox.lines.isEmpty { outbox.lines = line } else { outbox.lines.append(contentsOf: line) }
+            defer { outbox.scheduled = true }
+            return !outbox.scheduled
+        }
+        guard schedule else { return }
+        self.channel.eventLoop.execute {
+            let lines = self.outbox.withLock { outbox -> [UInt8] in
+                outbox.scheduled = false
+                defer { outbox.lines = [] }
+                return outbox.lines
+            }
+            self.channel.writeAndFlush(ByteBuffer(bytes: lines), promise: nil)
+        }
     }
 }
 
