@@ -97,15 +97,10 @@ final class QueueFollower: Sendable {
         while self.changed.wait(timeout: .now()) == .success {}
     }
 
-    var snapshot: (downloads: [Int64: QueuedDownloadInfo], removed: Set<Int64>, isClosed: Bool) {
-        self.state.withLock { ($0.view.downloads, $0.view.removed, $0.isClosed) }
-    }
-
     /// What changed since the last call (the first: everything listed): the downloads as they
-    /// are now and those removed. Only these are copied out: a caller that kept the whole view
-    /// made every event copy all of it (the view's storage was shared while the network thread
-    /// changed it), and looked at every download for each event — `haul wait` on 1,000 small
-    /// files spent ~0.7 s of CPU and slowed the queue it waited for fivefold.
+    /// are now and those removed. Only these are copied out: a caller that kept a snapshot of
+    /// the whole view made the next event copy all of it (the view's storage was shared while
+    /// the network thread changed it), and looked at every download for each event.
     func takeChanges() -> (downloads: [QueuedDownloadInfo], removed: Set<Int64>, isClosed: Bool) {
         self.state.withLock { state in
             defer { state.changedIDs.removeAll(keepingCapacity: true) }

@@ -78,8 +78,8 @@ extension DaemonServerLine {
     /// A subscriber's event that `download` was added or changed, written from its
     /// ``DownloadRecord`` (as `encoded()` writes it, newline included); `nil` for a download
     /// with members a record does not hold (a segmented run's `sources`), which `JSONEncoder`
-    /// writes. `JSONEncoder` took ~25 µs an event, on the daemon's thread that records the ends
-    /// of small files, for every subscriber (`haul wait`, `haul watch`).
+    /// writes. `JSONEncoder` wrote each event, for every subscriber (`haul wait`, `haul watch`),
+    /// on the daemon's thread that records the ends of small files.
     public static func encodedChange(_ download: QueuedDownloadInfo) -> [UInt8]? {
         guard download.sources == nil else { return nil }
         let record = DownloadRecord(download)
@@ -94,8 +94,9 @@ extension DaemonServerLine {
 
     /// A subscriber's event that a download was added or changed (`downloadChanged` with its
     /// `download` and `downloadID`, nothing else), read with Haul's JSON reader; `nil` for
-    /// anything else, or anything this reader does not take exactly as `JSONDecoder` would.
-    /// `JSONDecoder` spent ~30 µs an event: `haul wait` on 1,000 small files hears ~3,000.
+    /// anything else, or anything this reader does not take exactly as `JSONDecoder` would
+    /// (which read each event through Codable's keyed containers; a subscriber hears several
+    /// for every download).
     public static func downloadChange(line bytes: some Collection<UInt8>) -> DaemonServerLine? {
         guard let value = try? JSONValue(parsing: bytes), let outer = value.objectValue, outer.count == 1, outer[0].0 == "event",
             let members = outer[0].1.objectValue, members.hasUniqueMemberNames
