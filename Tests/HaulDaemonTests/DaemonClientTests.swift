@@ -10,9 +10,8 @@ import Glibc
 
 @Suite("The daemon client")
 struct DaemonClientTests {
-    /// A Unix socket at `path` whose every connection is accepted and closed at once, as by a
-    /// daemon killed right after accepting it. Returns how to stop it.
-    static func acceptAndClose(at path: String) throws -> () -> Void {
+    /// A Unix socket listening at `path`.
+    static func listening(at path: String) throws -> Int32 {
         let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         try #require(listener >= 0)
         var address = sockaddr_un()
@@ -24,6 +23,20 @@ struct DaemonClientTests {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         try #require(bound == 0 && listen(listener, 16) == 0)
+        return listener
+    }
+
+    /// Stops the socket `listening(at:)` made.
+    static func stop(_ listener: Int32, at path: String) {
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+        unlink(path)
+    }
+
+    /// A Unix socket at `path` whose every connection is accepted and closed at once, as by a
+    /// daemon killed right after accepting it. Returns how to stop it.
+    static func acceptAndClose(at path: String) throws -> () -> Void {
+        let listener = try Self.listening(at: path)
         let thread = Thread {
             while true {
                 let connection = accept(listener, nil, nil)
@@ -32,11 +45,7 @@ struct DaemonClientTests {
             }
         }
         thread.start()
-        return {
-            shutdown(listener, Int32(SHUT_RDWR))
-            close(listener)
-            unlink(path)
-        }
+        return { Self.stop(listener, at: path) }
     }
 
     @Test("A connection the daemon closes at once fails each request at once, not after the 30 s answer timeout")
@@ -60,17 +69,7 @@ struct DaemonClientTests {
     /// A Unix socket at `path` that answers its first connection's first request line with
     /// `events` event lines, then the answer. Returns how to stop it.
     static func answerAfterEvents(at path: String, events: Int) throws -> () -> Void {
-        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        try #require(listener >= 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            _ = path.utf8CString.withUnsafeBytes { raw.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0.prefix(raw.count - 1))) }
-        }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        try #require(bound == 0 && listen(listener, 16) == 0)
+        let listener = try Self.listening(at: path)
         let thread = Thread {
             let connection = accept(listener, nil, nil)
             guard connection >= 0 else { return }
@@ -88,11 +87,7 @@ struct DaemonClientTests {
             close(connection)
         }
         thread.start()
-        return {
-            shutdown(listener, Int32(SHUT_RDWR))
-            close(listener)
-            unlink(path)
-        }
+        return { Self.stop(listener, at: path) }
     }
 
     @Test("The event handler is called the same way for the thousandth event as for the first (no thunk more for each event heard)")
