@@ -364,6 +364,10 @@ struct DownloadRecordTests {
         // Left to JSONDecoder: it reads them (and the answer is the same), or refuses them.
         let record = String(decoding: DownloadRecord(Self.info(id: 3)).bytes, as: UTF8.self)
         func answer(_ members: String) -> String { #"{"response":{"id":1,\#(members)}}"# }
+        // `null` for an optional member is taken, as JSONDecoder takes it.
+        let nulls = Array(answer(#""downloads":[\#(record)],"total":null,"count":null,"settings":null"#).utf8)
+        let taken = try #require(DaemonServerLine.downloadList(line: nulls))
+        #expect(taken == (try Self.decoder.decode(DaemonServerLine.self, from: Data(nulls))))
         func withMember(_ member: String) -> String { answer(#""downloads":["# + record.dropLast() + "," + member + "}]") }
         let left = [
             answer(#""downloads":[\#(record)],"error":"no"}"#),

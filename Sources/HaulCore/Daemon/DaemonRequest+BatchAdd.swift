@@ -94,13 +94,8 @@ extension NewDownload {
             case .connections: taken = value.read(into: &self.connections)
             case .paused:
                 var paused: Bool?
-                switch value {
-                case .null: paused = false
-                case .bool(let flag): paused = flag
-                default: paused = nil
-                }
+                taken = value.read(into: &paused)
                 self.paused = paused ?? false
-                taken = paused != nil
             case .requestHeaders: taken = value.read(into: &self.requestHeaders)
             case .options: taken = value.read(into: &self.options)
             }

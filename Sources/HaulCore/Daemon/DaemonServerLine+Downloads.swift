@@ -34,20 +34,14 @@ extension DaemonServerLine {
         var count: Int?
         var settings: QueueSettings?
         for (name, member) in members {
+            let taken: Bool
             switch name {
-            case "id":
-                guard case .integer(let number) = member, let exact = Int(exactly: number) else { return nil }
-                id = exact
-            case "total":
-                guard case .integer(let number) = member, let exact = Int(exactly: number) else { return nil }
-                total = exact
-            case "count":
-                guard case .integer(let number) = member, let exact = Int(exactly: number) else { return nil }
-                count = exact
+            case "id": taken = member != .null && member.read(into: &id)
+            case "total": taken = member.read(into: &total)
+            case "count": taken = member.read(into: &count)
             case "settings":
-                guard member != .null else { continue }
-                guard let read = QueueSettings(member: member) else { return nil }
-                settings = read
+                settings = member == .null ? nil : QueueSettings(member: member)
+                taken = member == .null || settings != nil
             case "downloads":
                 guard let entries = member.arrayValue else { return nil }
                 var list: [QueuedDownloadInfo] = []
@@ -57,9 +51,11 @@ extension DaemonServerLine {
                     list.append(info)
                 }
                 downloads = list
+                taken = true
             default:
-                return nil
+                taken = false
             }
+            guard taken else { return nil }
         }
         guard let id, let downloads else { return nil }
         var response = DaemonResponse(id: id)
@@ -81,8 +77,7 @@ extension DaemonServerLine {
     /// writes. `JSONEncoder` wrote each event, for every subscriber (`haul wait`, `haul watch`),
     /// on the daemon's thread that records the ends of small files.
     public static func encodedChange(_ download: QueuedDownloadInfo) -> [UInt8]? {
-        guard download.sources == nil else { return nil }
-        let record = DownloadRecord(download)
+        guard let record = DownloadRecord(whole: download) else { return nil }
         var writer = JSONWriter(capacity: record.bytes.count + 80)
         writer.append(raw: #"{"event":{"kind":"downloadChanged","downloadID":"#)
         writer.append(integer: download.id)

@@ -10,6 +10,14 @@ public struct DownloadRecord: Sendable, Hashable {
     /// Where each field's `"name":value` starts in ``bytes`` (0: absent), by field index.
     private var starts: [UInt32]
 
+    /// The record of `info` when it holds all of it; `nil` for a download with members a record
+    /// does not hold (a segmented run's `sources`), which only `JSONEncoder` writes. For what
+    /// tells of one download (a subscriber's change event), where a list drops them.
+    public init?(whole info: QueuedDownloadInfo) {
+        guard info.sources == nil else { return nil }
+        self.init(info)
+    }
+
     public init(_ info: QueuedDownloadInfo) {
         var writer = JSONWriter(capacity: 320)
         var starts = [UInt32](repeating: 0, count: DownloadField.allCases.count)

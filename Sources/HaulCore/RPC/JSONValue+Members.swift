@@ -16,6 +16,16 @@ extension JSONValue {
         return true
     }
 
+    /// `true` or `false` (or `null`).
+    func read(into field: inout Bool?) -> Bool {
+        switch self {
+        case .null: field = nil
+        case .bool(let flag): field = flag
+        default: return false
+        }
+        return true
+    }
+
     /// A whole number that fits `Number` (or `null`).
     func read<Number: FixedWidthInteger>(into field: inout Number?) -> Bool {
         switch self {

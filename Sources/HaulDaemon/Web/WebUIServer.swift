@@ -271,14 +271,17 @@ public final class WebUIServer: Sendable {
                 let text: String
                 switch item {
                 case .heartbeat: text = ": keep-alive\n\n"
-                case .change(.changed(let download)) where download.sources == nil:
-                    // Written from its record, as lists are (`JSONEncoder` took ~25 µs an event).
+                case .change(.changed(let download)):
+                    // Written from its record, as lists are (`JSONEncoder` for what a record does not hold).
+                    guard let record = DownloadRecord(whole: download) else {
+                        text = "event: download\ndata: \(WebJSON.string(download))\n\n"
+                        break
+                    }
                     var buffer = ByteBuffer(string: "event: download\ndata: ")
-                    buffer.writeBytes(DownloadRecord(download).bytes)
+                    buffer.writeBytes(record.bytes)
                     buffer.writeString("\n\n")
                     try await writer.write(buffer)
                     continue
-                case .change(.changed(let download)): text = "event: download\ndata: \(WebJSON.string(download))\n\n"
                 case .change(.removed(let id)): text = "event: removed\ndata: {\"id\":\(id)}\n\n"
                 case .change(.settings(let settings)): text = "event: settings\ndata: \(WebJSON.string(settings))\n\n"
                 }
