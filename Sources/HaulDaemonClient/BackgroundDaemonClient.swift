@@ -120,6 +120,15 @@ package final class BackgroundDaemonClient: Sendable {
             completion(.failure(Failure(description: "cannot encode \(request.method.rawValue): \(error)")))
             return
         }
+        // A longer line is refused by the daemon, which then closes the connection: said here,
+        // with nothing sent.
+        guard line.count <= DaemonProtocol.maximumLineLength else {
+            _ = self.state.withLock { $0.pending.removeValue(forKey: request.id) }
+            completion(.failure(Failure(
+                description: "\(request.method.rawValue) takes \(line.count) bytes, more than one request to hauld may carry (\(DaemonProtocol.maximumLineLength))"
+            )))
+            return
+        }
         self.channel.writeAndFlush(ByteBuffer(bytes: line), promise: nil)
     }
 

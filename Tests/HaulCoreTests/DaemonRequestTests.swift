@@ -248,6 +248,41 @@ struct DaemonRequestTests {
     }
 }
 
+extension DaemonRequestTests {
+    @Test("A list to add is split, in order, into the fewest consecutive batches whose lines fit the limit, with any id")
+    func addBatches() throws {
+        let downloads = (0..<300).map { index in
+            NewDownload(urls: [URL(string: "http://127.0.0.1/" + String(repeating: "x", count: index % 37) + "/f\(index).bin")!], directory: "/srv", paused: index % 2 == 0)
+        }
+        // The whole list in one line when it fits (the daemon's own limit).
+        #expect(try DaemonRequest.addBatches(downloads).map(\.count) == [300])
+        for limit in [400, 1_000, 4_096, 20_000] {
+            let batches = try DaemonRequest.addBatches(downloads, maximumLineLength: limit)
+            #expect(Array(batches.joined()) == downloads, "in order, none lost or repeated")
+            #expect(!batches.contains { $0.isEmpty })
+            for (index, batch) in batches.enumerated() {
+                let line = try DaemonRequest(id: Int.max, .queueAdd(.batch(Array(batch)))).encodedLine()
+                #expect(line.count <= limit, "batch \(index) of \(batches.count) fits \(limit)")
+                // Fewest: the next one's first download would not have fitted.
+                if index + 1 < batches.count {
+                    let grown = Array(batch) + [batches[index + 1].first!]
+                    let longer = try DaemonRequest(id: Int.max, .queueAdd(.batch(grown))).encodedLine()
+                    #expect(longer.count > limit, "batch \(index) could not take one more")
+                }
+            }
+        }
+        // A download that fits no line: refused with its place, nothing split.
+        let huge = NewDownload(urls: [URL(string: "http://127.0.0.1/" + String(repeating: "h", count: 2_000))!])
+        #expect(throws: DaemonRequest.DownloadTooLong.self) { try DaemonRequest.addBatches(downloads + [huge], maximumLineLength: 1_000) }
+        do {
+            _ = try DaemonRequest.addBatches([downloads[0], huge], maximumLineLength: 1_000)
+        } catch {
+            #expect(error.index == 1 && error.bytes > 2_000)
+            #expect(error.description.contains("download 2 of the list"))
+        }
+    }
+}
+
 @Suite("JSONNesting: how deep a text nests, strings skipped")
 struct JSONNestingTests {
     @Test("Brackets inside strings do not count, escapes are honoured, the limit is exclusive")

@@ -17,7 +17,7 @@ struct AddCommand: ParsableCommand {
     @Argument(help: "http or https URLs to download.")
     var urls: [String] = []
 
-    @Option(name: [.customShort("i"), .customLong("input-file")], help: "Read URLs from FILE, one per line ('-' for standard input; blank lines and # comments skipped). All are added in one batch.")
+    @Option(name: [.customShort("i"), .customLong("input-file")], help: "Read URLs from FILE, one per line ('-' for standard input; blank lines and # comments skipped). Every line is checked before any is added; all are added in one batch, or a very long list (over ~7,000 URLs) in consecutive batches of what one request carries.")
     var inputFile: String?
 
     @Option(name: [.customShort("d"), .customLong("dir")], help: "Directory to save into (default: the daemon's 'dir' setting).")
@@ -112,8 +112,26 @@ struct AddCommand: ParsableCommand {
                 connections: self.maxConnections
             )
         }
-        // One request, one transaction in hauld: all are added or none.
-        let added = try client.call(.queueAdd(.batch(downloads))).downloads ?? []
+        // One request, one transaction in hauld: all are added or none. A list longer than one
+        // request may carry (~7,000 plain URLs) goes in consecutive batches, each all or none;
+        // the first refused stops the rest, and what was added before it is said.
+        let batches: [ArraySlice<NewDownload>]
+        do {
+            batches = try DaemonRequest.addBatches(downloads)
+        } catch {
+            Terminal.writeError("haul: \(error); nothing was added\n")
+            throw ExitStatus.generic
+        }
+        var added: [QueuedDownloadInfo] = []
+        for batch in batches {
+            do {
+                added += try client.connection.call(DaemonRequest(.queueAdd(.batch(Array(batch))))).downloads ?? []
+            } catch {
+                let before = added.isEmpty ? "nothing was added" : "the first \(added.count) of \(downloads.count) were added (\(added.first!.id)…\(added.last!.id)), the rest not"
+                Terminal.writeError("haul: \(error); \(before)\n")
+                throw ExitStatus.generic
+            }
+        }
         if self.json {
             print(QueueFormatting.json(added))
         } else if added.count > 20 {

@@ -128,6 +128,56 @@ extension DaemonRequest {
     }
 }
 
+extension DaemonRequest {
+    /// A download too long for any request line of the daemon's (its URLs, headers or options
+    /// alone exceed ``DaemonProtocol/maximumLineLength``).
+    public struct DownloadTooLong: Error, CustomStringConvertible {
+        /// Its place in the list given (0-based).
+        public var index: Int
+        /// Bytes of its JSON object.
+        public var bytes: Int
+
+        public var description: String {
+            "download \(self.index + 1) of the list takes \(self.bytes) bytes, more than one request to hauld may carry (\(DaemonProtocol.maximumLineLength))"
+        }
+    }
+
+    /// `downloads` split, in order, into as few consecutive batches as each fit one `queueAdd`
+    /// line of at most `maximumLineLength` bytes (``encodedLine()``, whatever its `id`): one
+    /// batch when the whole list fits. The daemon adds each batch in one transaction.
+    ///
+    /// - Throws: ``DownloadTooLong`` for a download that fits no line on its own.
+    public static func addBatches(
+        _ downloads: [NewDownload],
+        maximumLineLength: Int = DaemonProtocol.maximumLineLength
+    ) throws(DownloadTooLong) -> [ArraySlice<NewDownload>] {
+        // The line around the downloads: {"id":N,"method":"queueAdd","downloads":[ … ]}\n,
+        // with room for the longest id.
+        let frame = #"{"id":,"method":"queueAdd","downloads":[]}"#.utf8.count + 1 + String(Int.max).utf8.count
+        var batches: [ArraySlice<NewDownload>] = []
+        var start = 0
+        var length = frame
+        var writer = JSONWriter(capacity: 512)
+        for (index, download) in downloads.enumerated() {
+            writer.bytes.removeAll(keepingCapacity: true)
+            download.write(to: &writer)
+            let bytes = writer.bytes.count
+            guard frame + bytes <= maximumLineLength else { throw DownloadTooLong(index: index, bytes: bytes) }
+            // A comma before every download but a batch's first.
+            let added = index > start ? bytes + 1 : bytes
+            if length + added > maximumLineLength {
+                batches.append(downloads[start..<index])
+                start = index
+                length = frame + bytes
+            } else {
+                length += added
+            }
+        }
+        if start < downloads.count || downloads.isEmpty { batches.append(downloads[start...]) }
+        return batches
+    }
+}
+
 extension NewDownload {
     /// This download as a JSON object: every member `encode(to:)` writes, absent optionals left
     /// out (as `JSONEncoder` does).

@@ -292,6 +292,36 @@ struct QueueCommandTests {
         #expect(restarted.standardOutput.contains("Downloading (0)"))
     }
 
+    @Test("haul add -i of a list longer than one request carries: every URL added, in order; one URL too long for any request is refused, nothing added")
+    func longList() async throws {
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let cli = HaulCLI(daemon: daemon)
+        let directory = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("long-list")
+        // 900 URLs of ~1,500 bytes: ~1.35 MB of batch, more than one line of the daemon's
+        // socket takes (1 MiB). Paused: nothing is fetched.
+        let padding = String(repeating: "p", count: 1_450)
+        let urls = (0..<900).map { "http://127.0.0.1:9/\(padding)/file-\($0).bin" }
+        let list = directory.appendingPathExtension("txt")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try Data((urls.joined(separator: "\n") + "\n").utf8).write(to: list)
+        let added = try await cli.run(["add", "--paused", "--dir", directory.path, "-i", list.path])
+        #expect(added.status == 0, "\(added.standardError)")
+        #expect(added.standardOutput.contains("added 900 downloads"))
+        let listed = try await cli.list().sorted { $0.id < $1.id }
+        // Compared without printing 1.3 MB of URLs when it fails.
+        #expect(listed.count == urls.count)
+        #expect(zip(listed, urls).allSatisfy { $0.urls[0].absoluteString == $1 }, "added in the list's order")
+
+        let huge = directory.appendingPathComponent("huge.txt")
+        try Data(("http://127.0.0.1:9/" + String(repeating: "h", count: DaemonProtocol.maximumLineLength) + "\n").utf8).write(to: huge)
+        let refusedHuge = try await cli.run(["add", "--paused", "--dir", directory.path, "-i", huge.path])
+        #expect(refusedHuge.status == 1)
+        #expect(refusedHuge.standardError.contains("more than one request to hauld may carry") && refusedHuge.standardError.contains("nothing was added"), "\(refusedHuge.standardError)")
+        #expect(try await cli.list().count == 900, "the refused list added nothing")
+        _ = await daemon.terminate()
+    }
+
     @Test("haul watch prints the queue and redraws it as it changes")
     func watch() async throws {
         let server = try await FaultInjectingHTTPServer.start()
