@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.request
 
 from selenium import webdriver
@@ -232,6 +233,47 @@ class WebUITest(unittest.TestCase):
             local = hashlib.sha256(handle.read()).hexdigest()
         with urllib.request.urlopen(self.url("/file/webui-mirror.bin?size=%d&seed=78" % SIZE)) as response:
             self.assertEqual(local, hashlib.sha256(response.read()).hexdigest())
+
+    def haul_list(self):
+        result = subprocess.run([os.path.join(BIN, "haul"), "ls", "--json"], env=self.env, capture_output=True, text=True, check=True)
+        return json.loads(result.stdout)
+
+    def test_long_pasted_list(self):
+        """A pasted list longer than one request of the web API carries (1 MiB) is sent in several,
+        every URL added in order; a body over the limit is refused with a message, not a bare 413."""
+        driver = self.driver
+        driver.get(self.address)
+        self.wait.until(lambda d: d.find_element(By.ID, "status").text.startswith("live"))
+        # 800 URLs of ~1.5 KB: ~1.2 MB of JSON, two requests. Missing files: each fails at once.
+        prefix = self.url("/missing/" + "p" * 1450 + "/")
+        urls = [prefix + "long-%03d.bin" % index for index in range(800)]
+        driver.find_element(By.ID, "add-button").click()
+        self.wait.until(EC.visibility_of_element_located((By.ID, "add-urls")))
+        driver.execute_script("document.getElementById('add-urls').value = arguments[0];", "\n".join(urls))
+        driver.find_element(By.ID, "add-submit").click()
+        self.wait.until(EC.invisibility_of_element_located((By.ID, "add-dialog")))
+        added = sorted((d for d in self.haul_list() if d["urls"][0].startswith(prefix)), key=lambda d: d["id"])
+        self.assertEqual([d["urls"][0] for d in added], urls, "every URL added once, in the list's order")
+
+        # Straight to the API, twice the list in one body: a clear refusal, nothing added.
+        token = self.address.split("#token=")[1]
+        request = urllib.request.Request(
+            self.address.split("#")[0] + "api/downloads", data=json.dumps({"urls": urls + urls}).encode(),
+            headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"}, method="POST")
+        with self.assertRaises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        self.assertEqual(refused.exception.code, 400)
+        self.assertIn("larger than the web API takes", json.loads(refused.exception.read())["error"])
+        self.assertEqual(len([d for d in self.haul_list() if d["urls"][0].startswith(prefix)]), 800)
+
+        # Gone again (they failed: 404), so that the tests after this one count only theirs.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if all(d["state"] == "error" for d in self.haul_list() if d["urls"][0].startswith(prefix)):
+                break
+            time.sleep(0.2)
+        subprocess.run([os.path.join(BIN, "haul"), "purge"], env=self.env, capture_output=True, check=True)
+        self.assertEqual([d for d in self.haul_list() if d["urls"][0].startswith(prefix)], [])
 
     def test_phone_layout_fits(self):
         driver = self.driver

@@ -323,9 +323,36 @@ extension WebAssets {
     if ($("add-dir").value.trim()) body.directory = $("add-dir").value.trim();
     if ($("add-checksum").value.trim()) body.checksum = $("add-checksum").value.trim();
     if ($("add-limit").value.trim()) body.speedLimit = $("add-limit").value.trim();
+    // Every URL is checked before any is sent: a bad one adds none.
+    const bad = urls.find((text) => { try { return !/^https?:$/.test(new URL(text).protocol); } catch (e) { return true; } });
+    if (bad !== undefined) {
+      $("add-error").textContent = "not an http or https URL: " + bad;
+      $("add-error").hidden = false;
+      return;
+    }
+    // A long list goes in requests of at most ~900 KB (the API reads 1 MiB a request), in order;
+    // one refused stops the rest, and the error says how many were added before it.
+    const batches = [];
+    let batch = [], length = 0;
+    for (const url of urls) {
+      const cost = JSON.stringify(url).length + 1;
+      if (batch.length > 0 && length + cost > 900000) { batches.push(batch); batch = []; length = 0; }
+      batch.push(url);
+      length += cost;
+    }
+    batches.push(batch);
     $("add-submit").disabled = true;
+    let added = 0;
     try {
-      await api("POST", "/api/downloads", body);
+      for (const part of batches) {
+        try {
+          await api("POST", "/api/downloads", Object.assign({}, body, { urls: part }));
+        } catch (error) {
+          if (added > 0) error.message += " (the first " + added + " of " + urls.length + " were added, the rest not)";
+          throw error;
+        }
+        added += part.length;
+      }
       $("add-urls").value = "";
       $("add-checksum").value = "";
       $("add-limit").value = "";

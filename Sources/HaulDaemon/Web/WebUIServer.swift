@@ -3,6 +3,7 @@ import HaulCore
 import HTTPTypes
 import Hummingbird
 import Logging
+import NIOCore
 import ServiceLifecycle
 import Synchronization
 
@@ -17,7 +18,9 @@ import Synchronization
 /// - `GET /api/downloads?view=downloading|finished&state=S&search=TEXT&offset=N&limit=N` →
 ///   `{downloads, total, counts, settings}`: a page (without `view`/`limit`: every download),
 ///   how many match, and how many downloads each state has
-/// - `POST /api/downloads` `{urls, directory?, fileName?, checksum?, speedLimit?}` → `{downloads}`
+/// - `POST /api/downloads` `{urls, directory?, fileName?, checksum?, speedLimit?}` → `{downloads}`:
+///   all added in one transaction or none; a body is at most 1 MiB (the page sends a longer
+///   list in several)
 /// - `POST /api/downloads/ID/pause|resume|cancel`, `DELETE /api/downloads/ID`
 /// - `POST /api/downloads/ID/limit` `{speedLimit}` (`"500K"`, `"2M"`, `""` for none) → `{download}`
 /// - `POST /api/selection/pause|resume|remove` `{ids}` → `{count}`
@@ -147,7 +150,6 @@ public final class WebUIServer: Sendable {
             try await Self.answer {
                 let body = try await Self.decode(AddBody.self, request, context)
                 guard !body.urls.isEmpty else { throw DaemonError("give at least one URL") }
-                var added: [QueuedDownloadInfo] = []
                 // Check every URL first: a bad one in the list adds none.
                 let urls = try body.urls.map { text -> URL in
                     guard let url = URL(string: text) else { throw DaemonError("not a URL: \(text)") }
@@ -166,14 +168,10 @@ public final class WebUIServer: Sendable {
                         throw DaemonError("not an http or https URL: \(url.absoluteString)")
                     }
                 }
-                for url in urls {
-                    added.append(
-                        try await queue.add(
-                            urls: [url], directory: body.directory, fileName: body.fileName, checksum: body.checksum,
-                            speedLimit: limit, priority: nil
-                        )
-                    )
-                }
+                // One transaction for the list (a pasted list of thousands was a transaction each).
+                let added = try await queue.add(urls.map { url in
+                    NewDownload(urls: [url], directory: body.directory, fileName: body.fileName, checksum: body.checksum, speedLimit: limit)
+                })
                 return ["downloads": added]
             }
         }
@@ -301,12 +299,22 @@ public final class WebUIServer: Sendable {
         return id
     }
 
+    /// The longest request body the web API reads (the page sends a longer list of URLs to add
+    /// in several requests).
+    static let maximumBodySize = 1 << 20
+
     private static func decode<T: Decodable>(_ type: T.Type, _ request: Request, _ context: BasicRequestContext) async throws -> T {
         guard request.headers[.contentType]?.lowercased().hasPrefix("application/json") == true else {
             throw DaemonError("send JSON (Content-Type: application/json)")
         }
         var request = request
-        let buffer = try await request.collectBody(upTo: 1 << 20)
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.collectBody(upTo: Self.maximumBodySize)
+        } catch is NIOTooManyBytesError {
+            // Hummingbird's own answer is a bare 413 (the page showed "HTTP 413").
+            throw DaemonError("the request is larger than the web API takes (\(Self.maximumBodySize) bytes): send fewer URLs at once")
+        }
         do {
             return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView), maximumNesting: JSONNesting.limit)
         } catch {
