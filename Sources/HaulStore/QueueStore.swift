@@ -121,6 +121,25 @@ public protocol SoleWriterQueueStore: QueueStore {
     /// (``TransferStore/waitingWindow(limit:)``): one read for the rows of the next claims (the
     /// queue keeps them, see `WaitingRowCache`).
     func waitingDownloads(from id: Int64, limit: Int) throws -> [StoredDownload]
+
+    /// Saves, in one transaction, where each download's finished file is about to be placed
+    /// (`finalPath`) and its length (`totalBytes`), and nothing else of the row: the download
+    /// stays as it is stored (waiting, or active under a claim already saved) until its end is
+    /// saved. What a restart finds such a file by.
+    func promisePlacements(_ promises: [PlacementPromise]) throws
+}
+
+/// Where a download's finished file is about to be placed (``SoleWriterQueueStore/promisePlacements(_:)``).
+public struct PlacementPromise: Sendable, Hashable {
+    public var id: Int64
+    public var path: String
+    public var totalBytes: Int64
+
+    public init(id: Int64, path: String, totalBytes: Int64) {
+        self.id = id
+        self.path = path
+        self.totalBytes = totalBytes
+    }
 }
 
 extension QueueClaim {
@@ -140,6 +159,16 @@ extension TransferStore: SoleWriterQueueStore {
         try change(&download)
         try self.write(oneStatement: true) { db in try Self.saveDownload(db, download, original: stored) }
         return download
+    }
+
+    public func promisePlacements(_ promises: [PlacementPromise]) throws {
+        guard !promises.isEmpty else { return }
+        try self.write { db in
+            let statement = try db.cachedStatement(sql: "UPDATE \(StoredDownload.databaseTableName) SET finalPath = ?, totalBytes = ? WHERE id = ?")
+            for promise in promises {
+                try statement.execute(arguments: [promise.path, promise.totalBytes, promise.id])
+            }
+        }
     }
 }
 

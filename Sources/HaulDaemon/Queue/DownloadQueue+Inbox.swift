@@ -90,6 +90,7 @@ extension DownloadQueue {
         }
         guard !events.isEmpty else { return self.recordEnds(all: true) }
         guard !self.store.isShared else {
+            self.recordPlacements(events)
             self.handleInBatch(events)
             return
         }
@@ -174,6 +175,7 @@ extension DownloadQueue {
                 return (ends, !state.unrecordedEnds.isEmpty)
             }
             guard !ends.isEmpty else { return }
+            self.recordPlacements(ends)
             self.handleInBatch(ends)
             guard more else { return }
             guard all else { return self.work.async { self.recordEnds() } }

@@ -192,10 +192,22 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var index = DownloadIndex()
         var waitingRows = self.state.withLock { $0.waitingRows }
         var waiting: [TransferScheduler.Entry] = []
+        var promised: [StoredDownload] = []
         try self.store.forEachDownload { row in
+            if row.state == .waiting, row.finalPath != nil {
+                promised.append(row)
+                return
+            }
             index.put(row.info)
             waitingRows.saved(row)
             if row.state == .waiting { waiting.append(Self.entry(for: row)) }
+        }
+        // Ends whose files were placed when hauld stopped, before they were saved.
+        for row in promised {
+            let settled = (try? self.settlePromisedPlacement(row)) ?? row
+            index.put(settled.info)
+            waitingRows.saved(settled)
+            if settled.state == .waiting { waiting.append(Self.entry(for: settled)) }
         }
         self.state.withLock { state in
             state.index = index

@@ -74,6 +74,16 @@ package enum NoOverwriteMove {
         try self.placeChoosingFreeName(directory: directory, name: name) { path in try file.link(to: path) }
     }
 
+    /// The path ``linkChoosingFreeName(_:directory:name:)`` would use now: `directory/name`, or
+    /// the first free `name (n)`, passing over `reserved` (paths promised to files placed right
+    /// after). Nothing is created: another writer may take it before the placement, which
+    /// then chooses again.
+    package static func freePath(directory: String, name: String, reserved: Set<String> = []) -> String? {
+        try? self.placeChoosingFreeName(directory: directory, name: name) { path in
+            if reserved.contains(path) || Self.exists(path) { throw Failure.exists(path) }
+        }
+    }
+
     /// Places a file at `directory/name`, or at the first free `name (n)` when that is taken.
     ///
     /// A directory already holding `name`, `name (1)` … `name (n)` costs about 2·log₂(n)

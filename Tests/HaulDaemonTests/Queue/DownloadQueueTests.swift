@@ -417,6 +417,45 @@ struct DownloadQueueTests {
         await second.close()
     }
 
+    @Test("A kill -9 between placing finished files and saving their ends: the next start finds each at its promised path (complete, not fetched again, no second copy); a promise without the file, or with another program's file there, is fetched again")
+    func promisedPlacements() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let first = try QueueHarness()
+        let placed = try await first.queue.add(urls: [server.url("/file/a?size=5000&seed=31")], fileName: "a.bin", paused: true)
+        let notPlaced = try await first.queue.add(urls: [server.url("/file/b?size=6000&seed=32")], fileName: "b.bin", paused: true)
+        let foreign = try await first.queue.add(urls: [server.url("/file/c?size=7000&seed=33")], fileName: "c.bin", paused: true)
+        await first.close()
+
+        // The store and the directory as a kill -9 leaves them after the promises' commit: the
+        // first file placed, the second not yet; the third's name taken by another program since.
+        let directory = first.downloads.path
+        let store = try TransferStore.open(path: first.storePath)
+        for (download, size) in [(placed, 5000), (notPlaced, 6000), (foreign, 7000)] {
+            try store.updateDownload(id: download.id) { row in
+                row.state = .active
+                row.finalPath = directory + "/" + download.fileName!
+                row.totalBytes = Int64(size)
+            }
+        }
+        try Data(TestContent.bytes(0..<5000, seed: 31)).write(to: URL(fileURLWithPath: directory + "/a.bin"))
+        let theirs = Data("another program's file, not 7,000 bytes".utf8)
+        try Data(theirs).write(to: URL(fileURLWithPath: directory + "/c.bin"))
+
+        let second = try QueueHarness(root: first.root)
+        let settled = try await second.queue.download(id: placed.id)
+        #expect(settled.state == .complete && settled.path == directory + "/a.bin", "complete at once, from the file placed")
+        let fetched = try await second.wait(for: notPlaced.id, .complete)
+        #expect(fetched.path == directory + "/b.bin", "placed where it was promised")
+        #expect(try TestContent.sha256Hex(ofFileAt: fetched.path!) == TestContent.sha256Hex(size: 6000, seed: 32))
+        let moved = try await second.wait(for: foreign.id, .complete)
+        #expect(moved.path == directory + "/c (1).bin", "the other program's file is not taken for the download")
+        #expect(try TestContent.sha256Hex(ofFileAt: moved.path!) == TestContent.sha256Hex(size: 7000, seed: 33))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory + "/c.bin")) == theirs, "and stays as it was")
+        #expect(!server.requests.contains { $0.uri.contains("/file/a") }, "the placed file is not fetched again")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory).sorted() == ["a.bin", "b.bin", "c (1).bin", "c.bin"])
+        await second.close()
+    }
+
     @Test("Bad input gets a clear error and changes nothing")
     func badInput() async throws {
         let server = try await FaultInjectingHTTPServer.start()

@@ -223,6 +223,10 @@ final class FlakySoleWriterStore: SoleWriterQueueStore, ForwardingQueueStore {
         try self.flaky.inner.waitingDownloads(from: id, limit: limit)
     }
 
+    func promisePlacements(_ promises: [PlacementPromise]) throws {
+        try self.flaky.inner.promisePlacements(promises)
+    }
+
     var base: any QueueStore { self.flaky }
 }
 
@@ -243,6 +247,10 @@ final class ReadCountingStore: SoleWriterQueueStore, ForwardingQueueStore {
     func waitingDownloads(from id: Int64, limit: Int) throws -> [StoredDownload] {
         self.waitingReads.withLock { $0 += 1 }
         return try self.inner.waitingDownloads(from: id, limit: limit)
+    }
+
+    func promisePlacements(_ promises: [PlacementPromise]) throws {
+        try self.inner.promisePlacements(promises)
     }
 }
 
