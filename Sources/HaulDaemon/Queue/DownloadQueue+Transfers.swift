@@ -480,7 +480,8 @@ extension DownloadQueue {
     /// promise, and the next start finds the file there (``settlePromisedPlacement(_:)``)
     /// instead of fetching it again under a second name (20,000 small files, 12-15 kills a run:
     /// 3 runs of 7 left 2-4 second copies before; none in 10 runs since). Not for a fleet's
-    /// store, nor for downloads checked against a checksum (verified later, off this queue).
+    /// store; a download checked against a checksum (verified later, off this queue) promises
+    /// alone as it is placed (``promiseAlone(_:directory:name:total:)``).
     func recordPlacements(_ ends: [WorkEvent]) {
         guard let soleWriter = self.soleWriter else { return }
         var candidates: [(id: Int64, directory: String, name: String, total: Int64)] = []
@@ -510,9 +511,14 @@ extension DownloadQueue {
             self.logger.warning("cannot save where \(promises.count) finished files go before placing them: \(error)")
             return
         }
-        // The queue's copies say where, for the placement (`finish`); a claim held in memory
-        // knows the row as stored now (its write saves the columns that differ from it: a
-        // failure's clears the promise). The rest of each row is saved with its end.
+        self.noteSaved(promises)
+    }
+
+    /// `promises` are saved: the queue's copies say where, for the placement (`finish`); a
+    /// claim held in memory knows the row as stored now (its write saves the columns that
+    /// differ from it: a failure's clears the promise). The rest of each row is saved with its
+    /// end.
+    private func noteSaved(_ promises: [PlacementPromise]) {
         self.state.withLock { state in
             for promise in promises {
                 state.running[promise.id]?.stored.finalPath = promise.path
@@ -530,26 +536,47 @@ extension DownloadQueue {
         }
     }
 
+    /// A download verified against its checksum off this queue is placed alone, outside any
+    /// batch of ends: it promises its place with a commit of its own first (its file is large
+    /// as a rule; the commit is not felt). `nil`: not saved, placed without a promise.
+    private func promiseAlone(_ id: Int64, directory: String, name: String, total: Int64) -> String? {
+        guard let soleWriter = self.soleWriter, self.state.withLock({ $0.effects == nil }),
+            let path = NoOverwriteMove.freePath(directory: directory, name: name)
+        else { return nil }
+        let promise = PlacementPromise(id: id, path: path, totalBytes: total)
+        do {
+            try soleWriter.promisePlacements([promise])
+        } catch {
+            self.logger.warning("cannot save where download \(id)'s file goes before placing it: \(error)")
+            return nil
+        }
+        self.noteSaved([promise])
+        return path
+    }
+
+    /// Whether the file at `path` is `row`'s: the entity's length, and its checksum when it has
+    /// one (the file was verified before it was placed).
+    private static func holdsPromisedFile(_ row: StoredDownload, at path: String) -> Bool {
+        guard let total = row.totalBytes, PartialFile.size(at: path) == total else { return false }
+        guard let checksum = row.checksum else { return true }
+        guard let spec = try? ChecksumSpec(parsing: checksum) else { return false }
+        return (try? FileChecksum.hexDigest(ofFileAt: path, algorithm: spec.algorithm)) == spec.hexDigest
+    }
+
     /// Download `row`, waiting again after hauld stopped, had promised its file's place
-    /// (``recordPlacements(_:)``): complete when a file with the entity's length is there (it was
-    /// placed and its end not saved), else the promise is dropped and it is fetched again.
+    /// (``recordPlacements(_:)``): complete when a file with the entity's length (and checksum,
+    /// when it has one) is there (it was placed and its end not saved), else the promise is
+    /// dropped and it is fetched again.
     func settlePromisedPlacement(_ row: StoredDownload) throws -> StoredDownload {
         guard let id = row.id, let path = row.finalPath, row.state == .waiting else { return row }
-        let placed = row.totalBytes != nil && PartialFile.size(at: path) == row.totalBytes
+        let placed = Self.holdsPromisedFile(row, at: path)
         let settled = try self.store.updateDownload(id: id) { download in
             guard download.state == .waiting, download.finalPath == path else { return }
             guard placed, let total = download.totalBytes else {
                 download.finalPath = nil
                 return
             }
-            download.state = .complete
-            download.bytesDone = total
-            download.segments = nil
-            download.fileName = path.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(path[path.utf8.index(after: $0)...]) } ?? path
-            download.partialPath = nil
-            download.errorMessage = nil
-            download.errorCode = nil
-            download.finishedAt = Date()
+            download.complete(at: path, total: total)
         }
         if placed { self.logger.info("download \(id) complete: \(path) (placed before hauld stopped, recorded now)") }
         return settled ?? row
@@ -623,7 +650,9 @@ extension DownloadQueue {
             try self.store.confirmLease(id: id, lease: lease)
             let finalPath: String
             // Where the placement was promised (``recordPlacements(_:)``), while that is free.
-            let promised = download.state == .active ? download.finalPath : nil
+            let promised = download.state == .active
+                ? download.finalPath ?? (download.checksum != nil ? self.promiseAlone(id, directory: download.directory, name: name, total: total) : nil)
+                : nil
             do {
                 if let unnamed {
                     do {
@@ -653,18 +682,8 @@ extension DownloadQueue {
                 return
             }
             let updated = try self.updateDownload(id: id, lease: lease, release: true) { download in
-                download.state = .complete
-                download.bytesDone = total
-                download.segments = nil
-                download.totalBytes = total
-                download.finalPath = finalPath
-                // The name after the last slash (splitting the whole path cost more than the rest).
-                download.fileName = finalPath.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(finalPath[finalPath.utf8.index(after: $0)...]) } ?? finalPath
-                download.partialPath = nil
-                download.errorMessage = nil
-                download.errorCode = nil
+                download.complete(at: finalPath, total: total)
                 download.currentURL = url
-                download.finishedAt = Date()
             }
             completed = updated
             self.logger.info("download \(id) complete: \(finalPath) (\(total) bytes)")
@@ -672,5 +691,22 @@ extension DownloadQueue {
         } catch {
             self.logger.error("cannot record the end of download \(id): \(error)")
         }
+    }
+}
+
+extension StoredDownload {
+    /// What the row says once its file, `total` bytes, is placed at `path`.
+    mutating func complete(at path: String, total: Int64) {
+        self.state = .complete
+        self.bytesDone = total
+        self.segments = nil
+        self.totalBytes = total
+        self.finalPath = path
+        // The name after the last slash (splitting the whole path cost more than the rest).
+        self.fileName = path.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(path[path.utf8.index(after: $0)...]) } ?? path
+        self.partialPath = nil
+        self.errorMessage = nil
+        self.errorCode = nil
+        self.finishedAt = Date()
     }
 }

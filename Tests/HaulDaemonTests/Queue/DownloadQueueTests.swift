@@ -417,20 +417,23 @@ struct DownloadQueueTests {
         await second.close()
     }
 
-    @Test("A kill -9 between placing finished files and saving their ends: the next start finds each at its promised path (complete, not fetched again, no second copy); a promise without the file, or with another program's file there, is fetched again")
+    @Test("A kill -9 between placing finished files and saving their ends: the next start finds each at its promised path (complete, not fetched again, no second copy); a promise without the file, or with another program's file there (another length, or a checksum that does not hold), is fetched again")
     func promisedPlacements() async throws {
         let server = try await FaultInjectingHTTPServer.start()
         let first = try QueueHarness()
         let placed = try await first.queue.add(urls: [server.url("/file/a?size=5000&seed=31")], fileName: "a.bin", paused: true)
         let notPlaced = try await first.queue.add(urls: [server.url("/file/b?size=6000&seed=32")], fileName: "b.bin", paused: true)
         let foreign = try await first.queue.add(urls: [server.url("/file/c?size=7000&seed=33")], fileName: "c.bin", paused: true)
+        // With a checksum, the file at the promised path is taken only with it.
+        let checked = try await first.queue.add(urls: [server.url("/file/d?size=4000&seed=34")], fileName: "d.bin", checksum: "sha256=" + TestContent.sha256Hex(size: 4000, seed: 34), paused: true)
+        let sameSize = try await first.queue.add(urls: [server.url("/file/e?size=4000&seed=35")], fileName: "e.bin", checksum: "sha256=" + TestContent.sha256Hex(size: 4000, seed: 35), paused: true)
         await first.close()
 
         // The store and the directory as a kill -9 leaves them after the promises' commit: the
         // first file placed, the second not yet; the third's name taken by another program since.
         let directory = first.downloads.path
         let store = try TransferStore.open(path: first.storePath)
-        for (download, size) in [(placed, 5000), (notPlaced, 6000), (foreign, 7000)] {
+        for (download, size) in [(placed, 5000), (notPlaced, 6000), (foreign, 7000), (checked, 4000), (sameSize, 4000)] {
             try store.updateDownload(id: download.id) { row in
                 row.state = .active
                 row.finalPath = directory + "/" + download.fileName!
@@ -440,6 +443,9 @@ struct DownloadQueueTests {
         try Data(TestContent.bytes(0..<5000, seed: 31)).write(to: URL(fileURLWithPath: directory + "/a.bin"))
         let theirs = Data("another program's file, not 7,000 bytes".utf8)
         try Data(theirs).write(to: URL(fileURLWithPath: directory + "/c.bin"))
+        try Data(TestContent.bytes(0..<4000, seed: 34)).write(to: URL(fileURLWithPath: directory + "/d.bin"))
+        let wrong = Data(TestContent.bytes(0..<4000, seed: 99))
+        try wrong.write(to: URL(fileURLWithPath: directory + "/e.bin"))
 
         let second = try QueueHarness(root: first.root)
         let settled = try await second.queue.download(id: placed.id)
@@ -451,8 +457,12 @@ struct DownloadQueueTests {
         #expect(moved.path == directory + "/c (1).bin", "the other program's file is not taken for the download")
         #expect(try TestContent.sha256Hex(ofFileAt: moved.path!) == TestContent.sha256Hex(size: 7000, seed: 33))
         #expect(try Data(contentsOf: URL(fileURLWithPath: directory + "/c.bin")) == theirs, "and stays as it was")
-        #expect(!server.requests.contains { $0.uri.contains("/file/a") }, "the placed file is not fetched again")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: directory).sorted() == ["a.bin", "b.bin", "c (1).bin", "c.bin"])
+        #expect(try await second.queue.download(id: checked.id).state == .complete, "its checksum holds: taken")
+        let refetched = try await second.wait(for: sameSize.id, .complete)
+        #expect(refetched.path == directory + "/e (1).bin", "the length fits, the checksum does not: fetched again")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory + "/e.bin")) == wrong)
+        #expect(!server.requests.contains { $0.uri.contains("/file/a") || $0.uri.contains("/file/d") }, "the placed files are not fetched again")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory).sorted() == ["a.bin", "b.bin", "c (1).bin", "c.bin", "d.bin", "e (1).bin", "e.bin"])
         await second.close()
     }
 
