@@ -90,7 +90,6 @@ extension DownloadQueue {
         }
         guard !events.isEmpty else { return self.recordEnds(all: true) }
         guard !self.store.isShared else {
-            self.recordPlacements(events)
             self.handleInBatch(events)
             return
         }

@@ -490,8 +490,7 @@ extension DownloadQueue {
                 guard let running = state.running[id], running.intent == nil else { continue }
                 let row = running.stored
                 guard row.checksum == nil, row.finalPath == nil else { continue }
-                let name = row.requestedName ?? FileNaming.suggestedFilename(contentDisposition: response.headers["Content-Disposition"], url: response.url)
-                candidates.append((id, row.directory, name, total))
+                candidates.append((id, row.directory, row.placedName(contentDisposition: response.headers["Content-Disposition"], url: response.url), total))
             }
         }
         guard !candidates.isEmpty else { return }
@@ -645,19 +644,20 @@ extension DownloadQueue {
                 if let updated { self.publish(.changed(updated.info)) }
                 return
             }
-            let name = download.requestedName ?? FileNaming.suggestedFilename(contentDisposition: disposition, url: url)
+            // Named only when not promised a path (or that path is taken since).
+            let name = { download.placedName(contentDisposition: disposition, url: url) }
             // The file is placed only while the download is still this daemon's.
             try self.store.confirmLease(id: id, lease: lease)
             let finalPath: String
             // Where the placement was promised (``recordPlacements(_:)``), while that is free.
             let promised = download.state == .active
-                ? download.finalPath ?? (download.checksum != nil ? self.promiseAlone(id, directory: download.directory, name: name, total: total) : nil)
+                ? download.finalPath ?? (download.checksum != nil ? self.promiseAlone(id, directory: download.directory, name: name(), total: total) : nil)
                 : nil
             do {
                 if let unnamed {
                     do {
                         finalPath = try Self.place(at: promised, { try unnamed.link(to: $0) }) {
-                            try NoOverwriteMove.linkChoosingFreeName(unnamed, directory: download.directory, name: name)
+                            try NoOverwriteMove.linkChoosingFreeName(unnamed, directory: download.directory, name: name())
                         }
                     } catch {
                         // The bytes stay on disk under the partial name, as a named file's would.
@@ -666,7 +666,7 @@ extension DownloadQueue {
                     }
                 } else {
                     finalPath = try Self.place(at: promised, { try NoOverwriteMove.move(partial, to: $0) }) {
-                        try NoOverwriteMove.moveChoosingFreeName(partial, directory: download.directory, name: name)
+                        try NoOverwriteMove.moveChoosingFreeName(partial, directory: download.directory, name: name())
                     }
                 }
             } catch {
@@ -695,6 +695,12 @@ extension DownloadQueue {
 }
 
 extension StoredDownload {
+    /// The name its finished file is placed under: the one asked for, else the server's
+    /// (`Content-Disposition`) or the URL's.
+    func placedName(contentDisposition: String?, url: URL) -> String {
+        self.requestedName ?? FileNaming.suggestedFilename(contentDisposition: contentDisposition, url: url)
+    }
+
     /// What the row says once its file, `total` bytes, is placed at `path`.
     mutating func complete(at path: String, total: Int64) {
         self.state = .complete
