@@ -66,6 +66,49 @@ struct DaemonClientTests {
         }
     }
 
+    @Test("A request longer than hauld takes in one line fails in the client with what to do, nothing sent: the connection stays open")
+    func overlongRequest() async throws {
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        defer { daemon.cleanUp() }
+        let paths = DaemonPaths(dataDirectory: daemon.dataDirectory, runtimeDirectory: daemon.runtimeDirectory)
+        let huge = NewDownload(urls: [URL(string: "http://127.0.0.1:9/" + String(repeating: "x", count: DaemonProtocol.maximumLineLength))!], paused: true)
+        let (refused, answered) = await blocking { () -> (String, Bool) in
+            guard let client = try? BackgroundDaemonClient.connectOnce(paths: paths) else { return ("no connection", false) }
+            defer { client.close() }
+            let refused = Result { try client.call(DaemonRequest(.queueAdd(.batch([huge])))) }
+            // Had the line gone out, hauld would have closed the connection.
+            let answered = (try? client.call(DaemonRequest(.ping)))?.processID != nil
+            if case .failure(let error) = refused { return ("\(error)", answered) }
+            return ("answered", answered)
+        }
+        #expect(refused.contains("queueAdd takes") && refused.contains("more than one request to hauld may carry"), "\(refused)")
+        #expect(answered, "the same connection answers the next request")
+
+        // The daemon's own limit, exactly: a line one byte over it is refused with a message and
+        // the connection closed, whatever the reads it came in; one at it is read.
+        for extra in [0, 1] {
+            let raw = try DaemonTestClient(socketPath: daemon.socketPath)
+            defer { raw.close() }
+            let prefix = Array(#"{"id":5,"method":"ping","pad":""#.utf8)
+            let suffix = Array(#""}"#.utf8)
+            var line = prefix + [UInt8](repeating: UInt8(ascii: "p"), count: DaemonProtocol.maximumLineLength - prefix.count - suffix.count + extra) + suffix
+            #expect(line.count == DaemonProtocol.maximumLineLength + extra)
+            line.append(UInt8(ascii: "\n"))
+            raw.sendRaw(line)
+            let answer = await raw.readLine()
+            if extra == 0 {
+                #expect(answer?.response?.id == 5 && answer?.response?.error == nil, "a line of the limit is taken")
+            } else {
+                let refused = answer?.response?.error?.contains("request line longer than") == true
+                #expect(refused, "one byte more is refused: \(String(describing: answer))")
+                // (Waited for only when refused: a connection that stays open would hold the test.)
+                if refused { #expect(await raw.readLine() == nil, "and the connection closed") }
+            }
+        }
+        _ = await daemon.terminate()
+    }
+
     /// A Unix socket at `path` that answers its first connection's first request line with
     /// `events` event lines, then the answer. Returns how to stop it.
     static func answerAfterEvents(at path: String, events: Int) throws -> () -> Void {

@@ -84,6 +84,8 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
     private let web: WebUIServer?
     private let rpc: Aria2RPCServer?
     private var connection: DaemonConnection?
+    /// Set by the first error: the connection closes once what it says is written.
+    private var isClosing = false
 
     init(daemon: TransferDaemon, queue: DownloadQueue, web: WebUIServer?, rpc: Aria2RPCServer?) {
         self.daemon = daemon
@@ -170,10 +172,14 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
     static let listsAnsweredAtOnce = 100
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard !self.isClosing else { return }
+        self.isClosing = true
         if error is JSONLineDecoder.LineTooLong {
             self.connection?.respond(DaemonResponse(id: 0, error: "request line longer than \(DaemonProtocol.maximumLineLength) bytes"))
         }
-        context.close(promise: nil)
+        // After the lines the connection's outbox holds (the refusal among them), which go out
+        // from this loop in order: closed at once, the client never heard why.
+        context.eventLoop.execute { context.close(promise: nil) }
     }
 
     /// The `id` of a line that is not a request, when it has one (read with Haul's own JSON

@@ -14,6 +14,9 @@ struct JSONLineDecoder: ByteToMessageDecoder {
             return .needMoreData
         }
         let length = newline - buffer.readerIndex
+        // A long line whose end came in the same read as the rest is refused as well (the check
+        // above sees only lines still without their newline: up to a read longer got through).
+        if length > DaemonProtocol.maximumLineLength { throw LineTooLong() }
         let line = buffer.readSlice(length: length)!
         buffer.moveReaderIndex(forwardBy: 1)
         context.fireChannelRead(self.wrapInboundOut(line))
