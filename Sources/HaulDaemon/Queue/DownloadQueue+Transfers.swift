@@ -281,7 +281,7 @@ extension DownloadQueue {
                 // The row as this queue has it: what a drain's batch wrote is not committed yet.
                 let row = running.stored
                 DispatchQueue.global().async {
-                    let verdict = self.verify(row, total: total)
+                    let verdict = Self.verify(row, total: total)
                     self.work.async { self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict) }
                 }
                 return
@@ -291,7 +291,7 @@ extension DownloadQueue {
             // running copy; in a fleet, so do other daemons' changes).
             let row = running.stored
             let unnamed = running.run.takeUnnamedFile()
-            let verdict = self.verify(row, total: total, unnamed: unnamed)
+            let verdict = Self.verify(row, total: total, unnamed: unnamed)
             self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict, unnamed: unnamed)
             return
         case .completed(let response, _):
@@ -436,10 +436,11 @@ extension DownloadQueue {
         var isChecksumMismatch = false
     }
 
-    /// Whether the finished partial file of `download` (as read from the store) is the
-    /// server's entity of `total` bytes, and matches its checksum if it has one.
-    private func verify(_ download: StoredDownload?, total: Int64, unnamed: PartialFile? = nil) -> Verdict? {
-        guard let download, let partial = download.partialPath else {
+    /// Whether the finished partial file of `download` (as read from the store; the file at
+    /// `path` when given) is the server's entity of `total` bytes, and matches its checksum if
+    /// it has one.
+    private static func verify(_ download: StoredDownload?, total: Int64, unnamed: PartialFile? = nil, at path: String? = nil) -> Verdict? {
+        guard let download, let partial = path ?? download.partialPath else {
             return Verdict(message: "the download's record is gone")
         }
         // A file linked in from nothing (unnamed) is measured by its descriptor, else by its name.
@@ -553,22 +554,15 @@ extension DownloadQueue {
         return path
     }
 
-    /// Whether the file at `path` is `row`'s: the entity's length, and its checksum when it has
-    /// one (the file was verified before it was placed).
-    private static func holdsPromisedFile(_ row: StoredDownload, at path: String) -> Bool {
-        guard let total = row.totalBytes, PartialFile.size(at: path) == total else { return false }
-        guard let checksum = row.checksum else { return true }
-        guard let spec = try? ChecksumSpec(parsing: checksum) else { return false }
-        return (try? FileChecksum.hexDigest(ofFileAt: path, algorithm: spec.algorithm)) == spec.hexDigest
-    }
-
     /// Download `row`, waiting again after hauld stopped, had promised its file's place
     /// (``recordPlacements(_:)``): complete when a file with the entity's length (and checksum,
     /// when it has one) is there (it was placed and its end not saved), else the promise is
     /// dropped and it is fetched again.
     func settlePromisedPlacement(_ row: StoredDownload) throws -> StoredDownload {
         guard let id = row.id, let path = row.finalPath, row.state == .waiting else { return row }
-        let placed = Self.holdsPromisedFile(row, at: path)
+        // The file there is the download's when it is what the placement verified: the entity's
+        // length, and its checksum when it has one.
+        let placed = row.totalBytes.map { Self.verify(row, total: $0, at: path) == nil } ?? false
         let settled = try self.store.updateDownload(id: id) { download in
             guard download.state == .waiting, download.finalPath == path else { return }
             guard placed, let total = download.totalBytes else {
