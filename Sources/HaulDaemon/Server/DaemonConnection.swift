@@ -174,7 +174,7 @@ final class DaemonConnectionHandler: ChannelInboundHandler {
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         guard !self.isClosing else { return }
         self.isClosing = true
-        if error is JSONLineDecoder.LineTooLong {
+        if error is LineScanner.LineTooLong {
             self.connection?.respond(DaemonResponse(id: 0, error: "request line longer than \(DaemonProtocol.maximumLineLength) bytes"))
         }
         // After the lines the connection's outbox holds (the refusal among them), which go out
