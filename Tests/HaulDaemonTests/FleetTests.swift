@@ -1,6 +1,8 @@
 import Foundation
 import HaulCore
+import HaulStore
 import HaulTestSupport
+import Logging
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -253,6 +255,72 @@ struct FleetTests {
         }
         #expect(Self.listing(directory).count == 3)
         #expect(server.peakActiveResponsesPerKey.values.allSatisfy { $0 == 1 })
+        await fleet.stop()
+        try await server.shutdown()
+    }
+
+    @Test("A daemon of the fleet stopped between placing finished files and saving their ends: the daemon that claims each next takes a promised file it finds whole, fetches the rest, and leaves no second copy")
+    func promisedPlacementTakenOver() async throws {
+        var fleet = try Fleet.make()
+        let server = try await FaultInjectingHTTPServer.start()
+        let refusing = try RefusingPort()
+        let directory = try makeTemporaryDirectory()
+        // A daemon that dies as the kill -9 would leave it: each download claimed under a lease
+        // that runs out, its file's place promised (as `finish` does under the lease), and, for
+        // the first, the file placed; none of the ends saved.
+        let ghost = try PostgresQueueStore(url: fleet.url, member: "ghost", logger: Logger(label: "test"))
+        let size: Int64 = 300_000
+        func row(_ url: URL, _ name: String) -> StoredDownload {
+            var download = StoredDownload(urls: [url], directory: directory.path, requestedName: name, checksum: nil, priority: 0, speedLimit: 0)
+            download.fileName = name
+            return download
+        }
+        let rows = try ghost.insert([
+            // Placed: its server refuses, so only the file found can complete it.
+            row(URL(string: "http://127.0.0.1:\(refusing.port)/placed.bin")!, "placed.bin"),
+            // Promised, not placed: fetched.
+            row(server.url("/file/fetched.bin?size=\(size)&seed=71"), "fetched.bin"),
+            // Promised, and a file of another length is there: not taken; fetched beside it.
+            row(server.url("/file/other.bin?size=\(size)&seed=72"), "other.bin"),
+        ])
+        let placed = TestContent.bytes(0..<size, seed: 70)
+        for download in rows {
+            let id = try #require(download.id)
+            guard case .claimed(_, let lease, _) = try ghost.claim(QueueClaim(downloadID: id, daemon: "ghost", leaseSeconds: 4, host: "127.0.0.1", connections: 1, maximumPerHost: 0), { row in
+                // As the queue claims: active, and who ran it last.
+                row.state = .active
+                row.lastRunner = "ghost"
+            }) else {
+                Issue.record("the ghost's claim of \(id) failed")
+                return
+            }
+            let path = directory.appendingPathComponent(download.fileName!).path
+            try ghost.updateDownload(id: id, lease: lease, release: false) { row in
+                row.finalPath = path
+                row.totalBytes = size
+            }
+        }
+        try Data(placed).write(to: directory.appendingPathComponent("placed.bin"))
+        try Data(placed.prefix(1000)).write(to: directory.appendingPathComponent("other.bin"))
+
+        // A live daemon takes them over once the ghost's leases run out.
+        try await fleet.start("live", lease: 2, maximumTransfers: 4)
+        let finished = await Self.poll(timeout: .seconds(60)) { () -> [QueuedDownloadInfo]? in
+            let all = try await fleet.downloads("live")
+            return all.count == 3 && all.allSatisfy({ $0.state == .complete }) ? all : nil
+        }
+        let states = finished == nil ? ((try? await fleet.downloads("live")) ?? []).map { "\($0.id) \($0.state.rawValue) \($0.errorMessage ?? "")" } : []
+        let downloads = try #require(finished, "\(states) \(fleet.log("live").suffix(3000))")
+        let byName = Dictionary(uniqueKeysWithValues: downloads.map { ($0.urls[0].lastPathComponent, $0) })
+        #expect(byName["placed.bin"]?.path == directory.appendingPathComponent("placed.bin").path)
+        #expect(try Data(contentsOf: directory.appendingPathComponent("placed.bin")) == Data(placed), "the placed file is kept as it was")
+        #expect(fleet.log("live").contains("placed by ghost before it stopped, recorded now"), "\(fleet.log("live").suffix(2000))")
+        #expect(byName["fetched.bin"]?.path == directory.appendingPathComponent("fetched.bin").path)
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("fetched.bin").path) == TestContent.sha256Hex(size: size, seed: 71))
+        #expect(byName["other.bin"]?.path == directory.appendingPathComponent("other (1).bin").path)
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("other (1).bin").path) == TestContent.sha256Hex(size: size, seed: 72))
+        #expect(try Data(contentsOf: directory.appendingPathComponent("other.bin")).count == 1000, "a file that is not the download's stays")
+        #expect(Self.listing(directory) == ["fetched.bin", "other (1).bin", "other.bin", "placed.bin"])
         await fleet.stop()
         try await server.shutdown()
     }

@@ -123,8 +123,10 @@ extension DownloadQueue {
             connections: wanted,
             maximumPerHost: self.store.isShared ? settings.maximumConnectionsPerHost : 0
         )
-        // What the claim found on disk: the bytes it continues from, or why it starts anew.
-        let takeover = Mutex<(previous: String?, droppedBytes: Int64)>((nil, 0))
+        // What the claim found on disk: the bytes it continues from, or why it starts anew; and
+        // where its last run promised the finished file (placed, perhaps, before that daemon
+        // stopped: the promise leaves the row, and is looked at below).
+        let takeover = Mutex<(previous: String?, droppedBytes: Int64, promise: (path: String, total: Int64)?)>((nil, 0, nil))
         let sentAt = TransferCore.monotonicNow()
         let outcome: QueueClaimOutcome
         do {
@@ -136,7 +138,9 @@ extension DownloadQueue {
                 // a file that is shorter (or missing: another machine's disk) cannot continue.
                 if let point = resumable, (PartialFile.size(at: partial) ?? 0) < (point.segments?.ranges.last?.upperBound ?? point.offset) { resumable = nil }
                 let dropped = resumable == nil ? download.bytesDone + (download.segments?.byteCount ?? 0) : 0
-                takeover.withLock { $0 = (download.lastRunner, dropped) }
+                let promise = download.finalPath.flatMap { path in download.totalBytes.map { (path, $0) } }
+                takeover.withLock { $0 = (download.lastRunner, dropped, promise) }
+                download.finalPath = nil
                 download.lastRunner = me
                 download.state = .active
                 download.partialPath = partial
@@ -179,7 +183,11 @@ extension DownloadQueue {
             entry.notBefore = TransferCore.now() + 1
             return .retry(entry)
         }
-        let (previous, dropped) = takeover.withLock { $0 }
+        let (previous, dropped, promise) = takeover.withLock { $0 }
+        if let promise, let settled = self.settleClaimedPromise(download, placedBy: previous, lease: lease, promise: promise) {
+            self.publish(.changed(settled.info))
+            return .notStarted
+        }
         if let previous, previous != me {
             if let point = download.resumePoint {
                 self.logger.notice("download \(id) taken over from \(previous): continuing at \(point.done.byteCount) bytes from the partial file \(download.partialPath ?? "")")
@@ -554,6 +562,45 @@ extension DownloadQueue {
         return path
     }
 
+    /// A fleet's store: the lease is confirmed and the place of the finished file promised in
+    /// one write under it, before the file is placed — what the confirmation cost already, one
+    /// round trip. A daemon killed between the placement and the save of the end leaves the
+    /// promise; whichever daemon claims the download next finds the file there
+    /// (``settleClaimedPromise(_:placedBy:lease:promise:)``) instead of fetching it again under a second
+    /// name. Throws ``QueueLeaseLost`` as the confirmation did; `nil` (confirmed, not promised)
+    /// when no free name is found.
+    private func promiseUnderLease(_ id: Int64, lease: QueueLease, directory: String, name: String, total: Int64) throws -> String? {
+        guard let path = NoOverwriteMove.freePath(directory: directory, name: name) else {
+            try self.store.confirmLease(id: id, lease: lease)
+            return nil
+        }
+        try self.updateDownload(id: id, lease: lease) { download in
+            download.finalPath = path
+            download.totalBytes = total
+        }
+        return path
+    }
+
+    /// Download `id`, just claimed, had a promise of its file's place from its last run (a
+    /// daemon of the fleet stopped between placing the file and saving the end; the claim
+    /// dropped the promise from the row): complete when a file with the entity's length (and
+    /// checksum, when it has one) is there, recorded under the new lease, which goes with it;
+    /// `nil` when it is not there (it runs). A file checked against a checksum is read on this
+    /// queue, as at start (``settlePromisedPlacement(_:)``).
+    func settleClaimedPromise(_ download: StoredDownload, placedBy previous: String?, lease: QueueLease, promise: (path: String, total: Int64)) -> StoredDownload? {
+        guard let id = download.id, Self.verify(download, total: promise.total, at: promise.path) == nil else { return nil }
+        do {
+            let settled = try self.updateDownload(id: id, lease: lease, release: true) { row in
+                row.complete(at: promise.path, total: promise.total)
+            }
+            self.logger.info("download \(id) complete: \(promise.path) (placed by \(previous ?? "another daemon") before it stopped, recorded now)")
+            return settled
+        } catch {
+            self.logger.error("cannot record download \(id) complete at \(promise.path), found placed: \(error)")
+            return nil
+        }
+    }
+
     /// Download `row`, waiting again after hauld stopped, had promised its file's place
     /// (``recordPlacements(_:)``): complete when a file with the entity's length (and checksum,
     /// when it has one) is there (it was placed and its end not saved), else the promise is
@@ -640,13 +687,18 @@ extension DownloadQueue {
             }
             // Named only when not promised a path (or that path is taken since).
             let name = { download.placedName(contentDisposition: disposition, url: url) }
-            // The file is placed only while the download is still this daemon's.
-            try self.store.confirmLease(id: id, lease: lease)
+            // The file is placed only while the download is still this daemon's, where the
+            // placement was promised (``recordPlacements(_:)``), while that is free.
+            let promised: String?
+            if download.state == .active, download.finalPath == nil, self.soleWriter == nil {
+                promised = try self.promiseUnderLease(id, lease: lease, directory: download.directory, name: name(), total: total)
+            } else {
+                try self.store.confirmLease(id: id, lease: lease)
+                promised = download.state == .active
+                    ? download.finalPath ?? (download.checksum != nil ? self.promiseAlone(id, directory: download.directory, name: name(), total: total) : nil)
+                    : nil
+            }
             let finalPath: String
-            // Where the placement was promised (``recordPlacements(_:)``), while that is free.
-            let promised = download.state == .active
-                ? download.finalPath ?? (download.checksum != nil ? self.promiseAlone(id, directory: download.directory, name: name(), total: total) : nil)
-                : nil
             do {
                 if let unnamed {
                     do {
