@@ -409,4 +409,32 @@ struct TransferSchedulerTests {
         #expect(self.yielded(roomy.add(self.task(2), now: 1)).isEmpty)
         #expect(!roomy.isStandby(TransferID(.session, 2)))
     }
+
+    @Test("A host capped when room was refused elsewhere: nothing more starts on it until one of its transfers ends or room comes back; other hosts run on")
+    func hostCap() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 10, maximumPerHost: 4))
+        var starts: [TransferID] = []
+        for n in 1...8 { starts += self.started(scheduler.add(self.download(Int64(n)), now: 0)) }
+        #expect(starts.map(\.number) == [1, 2, 3, 4])
+        // Download 4 found the fleet's connections to the host all held: it waits again, first
+        // in line, and the host is capped at the three others.
+        #expect(scheduler.capHost(Self.hostA, excluding: starts[3], now: 1).isEmpty)
+        #expect(scheduler.cap(host: Self.hostA) == 3)
+        #expect(self.started(scheduler.ended(starts[3], now: 1)).isEmpty, "its own end starts nothing on the capped host")
+        #expect(self.started(scheduler.add(self.download(4), now: 1)).isEmpty)
+        #expect(self.started(scheduler.add(self.download(20, host: Self.hostB), now: 1)).map(\.number) == [20], "another host is not capped")
+        // One of the host's own transfers ends: it gave a connection back, one more starts.
+        #expect(self.started(scheduler.ended(starts[0], now: 2)).map(\.number) == [4])
+        #expect(scheduler.runningCount(host: Self.hostA) == 3)
+        // Another daemon gave one back: one more, not as many as the limit allows.
+        #expect(self.started(scheduler.raiseHostCap(Self.hostA, now: 3)).map(\.number) == [5])
+        #expect(scheduler.runningCount(host: Self.hostA) == 4 && scheduler.cap(host: Self.hostA) == 4)
+        // The cap lifted: the limits alone decide again.
+        #expect(self.started(scheduler.ended(TransferID(.queue, 2), now: 4)).map(\.number) == [6])
+        #expect(self.started(scheduler.uncapHost(Self.hostA, now: 4)).isEmpty, "the host is at its limit")
+        #expect(scheduler.cap(host: Self.hostA) == nil)
+        #expect(self.started(scheduler.ended(TransferID(.queue, 3), now: 5)).map(\.number) == [7])
+        #expect(scheduler.raiseHostCap(Self.hostB, now: 5).isEmpty, "raising a host without a cap changes nothing")
+        #expect(scheduler.cap(host: Self.hostB) == nil)
+    }
 }

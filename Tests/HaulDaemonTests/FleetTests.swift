@@ -324,4 +324,31 @@ struct FleetTests {
         await fleet.stop()
         try await server.shutdown()
     }
+
+    @Test("Small files of one host with the default settings: a fleet daemon runs as many at once as the host's budget allows, each claiming its share of it")
+    func smallFilesShareTheHostBudget() async throws {
+        var fleet = try Fleet.make()
+        let server = try await FaultInjectingHTTPServer.start()
+        let directory = try makeTemporaryDirectory()
+        // 16 connections a download and 4 a host by default: a claim of all of them kept every
+        // other download of the host waiting, one at a time, each asking again a second later.
+        try await fleet.start("solo", lease: 3, maximumTransfers: 8)
+        let size: Int64 = 150_000
+        let requests = (0..<8).map { number in
+            NewDownload(urls: [server.url("/file/share\(number).bin?size=\(size)&seed=\(500 + number)&rate=150000")], directory: directory.path)
+        }
+        _ = try await fleet.request("solo", .queueAdd(.batch(requests)))
+        let finished = await Self.poll(timeout: .seconds(60)) { () -> [QueuedDownloadInfo]? in
+            let all = try await fleet.downloads("solo")
+            return all.count == 8 && all.allSatisfy({ $0.state == .complete }) ? all : nil
+        }
+        #expect(finished != nil, "\(fleet.log("solo").suffix(2000))")
+        for number in 0..<8 {
+            let path = directory.appendingPathComponent("share\(number).bin").path
+            #expect(try TestContent.sha256Hex(ofFileAt: path) == TestContent.sha256Hex(size: size, seed: UInt64(500 + number)))
+        }
+        #expect(server.peakOpenConnections == 4, "the host's four connections in use at once, not one: \(server.peakOpenConnections)")
+        await fleet.stop()
+        try await server.shutdown()
+    }
 }

@@ -176,6 +176,9 @@ public struct TransferScheduler: Sendable {
     private var standbyPerHost: [String: Int] = [:]
     private var requestedWakeUp: Double?
     private var isShutDown = false
+    /// Hosts capped by their owner (``capHost(_:excluding:now:)``): no transfer starts on one
+    /// while it holds at least its cap of slots.
+    private var hostCaps: [String: Int] = [:]
 
     public init(limits: Limits) {
         self.limits = limits
@@ -197,6 +200,12 @@ public struct TransferScheduler: Sendable {
     public var standbyTotal: Int { self.standbyCount }
     /// The entry a running transfer was started from (its host, priority …).
     public func runningEntry(_ id: TransferID) -> Entry? { self.running[id]?.entry }
+    /// Transfers ready to start on `host`, every owner's.
+    public func readyCount(host: String) -> Int {
+        self.ready.reduce(0) { $0 + ($1.key.host == host ? $1.value.count : 0) }
+    }
+    /// The cap on `host` (``capHost(_:excluding:now:)``), if it has one.
+    public func cap(host: String) -> Int? { self.hostCaps[host] }
 
     // MARK: - Events
 
@@ -330,6 +339,38 @@ public struct TransferScheduler: Sendable {
         return actions
     }
 
+    /// No more transfers start on `host` than hold a slot on it now, not counting `id` (which
+    /// is about to end): room for more was refused elsewhere (a fleet's budget for the host is
+    /// spent by other daemons). One of them ending lets one more start (it gave room back);
+    /// ``raiseHostCap(_:now:)`` lets one more, ``uncapHost(_:now:)`` lifts the cap. No actions:
+    /// nothing new can start.
+    public mutating func capHost(_ host: String, excluding id: TransferID?, now: Double) -> [Action] {
+        var held = self.slotsHeld(on: host)
+        if let id, let running = self.running[id], running.entry.host == host, !running.isStandby { held -= 1 }
+        self.hostCaps[host] = max(0, held)
+        return []
+    }
+
+    /// `host` may have room again (another daemon gave some back, or the owner's wait ran out):
+    /// its transfers start up to the limits.
+    public mutating func uncapHost(_ host: String, now: Double) -> [Action] {
+        guard self.hostCaps.removeValue(forKey: host) != nil else { return [] }
+        return self.decide(now: now)
+    }
+
+    /// A capped `host` has room for one more transfer (another daemon gave a connection back):
+    /// its cap rises by one. No change for a host without a cap.
+    public mutating func raiseHostCap(_ host: String, now: Double) -> [Action] {
+        guard let cap = self.hostCaps[host] else { return [] }
+        self.hostCaps[host] = cap + 1
+        return self.decide(now: now)
+    }
+
+    /// At most this many transfers hold a slot on `host` at once.
+    private func hostLimit(_ host: String) -> Int {
+        min(self.limits.maximumPerHost, self.hostCaps[host] ?? .max)
+    }
+
     /// The clock reached `now` (the wake-up asked for, or later).
     public mutating func timePassed(now: Double) -> [Action] {
         self.requestedWakeUp = nil
@@ -353,7 +394,7 @@ public struct TransferScheduler: Sendable {
         guard !self.isShutDown else { return actions }
         // First whatever finds a slot, then standby places for the best of the rest.
         while self.slotsHeld < self.limits.maximumConcurrent,
-            let key = self.bestCandidate(where: { self.slotsHeld(on: $0) < self.limits.maximumPerHost })
+            let key = self.bestCandidate(where: { self.slotsHeld(on: $0) < self.hostLimit($0) })
         {
             actions.append(.start(self.start(key, standby: false)))
         }

@@ -82,6 +82,8 @@ public final class TransferCore: Sendable {
         var owners: [TransferOwnerKind: WeakOwner] = [:]
         /// Bumped for every wake-up asked for: an older timer that fires finds it changed.
         var wakeUpGeneration = 0
+        /// Bumped for every cap of a host (``capHost(_:excluding:)``): an older lift finds it changed.
+        var hostCapGenerations: [String: Int] = [:]
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
@@ -215,6 +217,41 @@ public final class TransferCore: Sendable {
                 keepingStartsOf: owner
             )
         }
+    }
+
+    /// How long a host stays capped when nothing says it has room again
+    /// (``capHost(_:excluding:)``).
+    static let hostCapSeconds = 1.0
+
+    /// No more transfers start on `host` than hold a slot on it now, not counting `id`, which
+    /// found no room (``TransferScheduler/capHost(_:excluding:now:)``): a fleet's connections to
+    /// the host are all held, by other daemons. One of this daemon's transfers on the host
+    /// ending lets one more start, and so does one of another daemon's (``raiseHostCap(_:)``);
+    /// a second without news lifts the cap. Instead of each waiting download asking the
+    /// store again every second (a claim each, all of them in turn: 1,000 waiting were 1,000
+    /// claims a second), one asks when room may have come back.
+    func capHost(_ host: String, excluding id: TransferID?) {
+        let generation = self.state.withLock { state in
+            state.hostCapGenerations[host, default: 0] += 1
+            return state.hostCapGenerations[host]!
+        }
+        self.decide { $0.capHost(host, excluding: id, now: $1) }
+        self.decisions.asyncAfter(deadline: .now() + Self.hostCapSeconds) {
+            guard self.state.withLock({ $0.hostCapGenerations[host] == generation }) else { return }
+            _ = self.run({ $0.uncapHost(host, now: $1) }, keepingStartsOf: nil)
+        }
+    }
+
+    /// A capped `host` has room for one more transfer (another daemon's download of it
+    /// stopped running): one more may start, one claim, where lifting the cap would send as
+    /// many as the limits allow to find the room taken.
+    func raiseHostCap(_ host: String) {
+        self.decide { $0.raiseHostCap(host, now: $1) }
+    }
+
+    /// Transfers ready to start on `host`, every owner's.
+    func readyCount(host: String) -> Int {
+        self.state.withLock { $0.scheduler.readyCount(host: host) }
     }
 
     /// New shared limits, effective at once (lowering one yields what no longer fits).

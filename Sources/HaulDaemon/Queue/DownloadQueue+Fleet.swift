@@ -195,10 +195,14 @@ extension DownloadQueue {
     struct SchedulerBatch {
         var ready: [TransferScheduler.Entry] = []
         var withdrawn: [TransferID] = []
+        /// Hosts another daemon gave a connection back to (a download of it stopped running),
+        /// as often as it did.
+        var freedHosts: [String] = []
 
         func apply(to core: TransferCore) {
             core.withdraw(self.withdrawn)
             core.enqueue(self.ready)
+            for host in self.freedHosts { core.raiseHostCap(host) }
         }
     }
 
@@ -217,10 +221,10 @@ extension DownloadQueue {
             }
             return
         }
-        let changed = self.state.withLock { state -> Bool in
+        let (changed, stoppedRunning) = self.state.withLock { state -> (Bool, Bool) in
             let before = state.index.entry(id: id)?.info
             state.saved(row)
-            return before != row.info
+            return (before != row.info, before?.state == .active && row.state != .active)
         }
         if let running {
             guard running.intent == nil else { return }
@@ -235,6 +239,7 @@ extension DownloadQueue {
             return
         }
         if changed { self.publish(.changed(row.info)) }
+        if stoppedRunning { batch.freedHosts.append(Self.entry(for: row).host) }
         if row.state == .waiting, row.runner == nil {
             batch.ready.append(Self.entry(for: row))
         } else {

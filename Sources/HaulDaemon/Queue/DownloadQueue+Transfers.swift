@@ -114,7 +114,15 @@ extension DownloadQueue {
         let me = self.configuration.daemonName
         guard let indexed = self.state.withLock({ $0.index.entry(id: id)?.info }) else { return .notStarted }
         let settings = self.settings
-        let wanted = indexed.maximumConnections ?? settings.connectionsPerDownload ?? QueueSettings.defaultConnectionsPerDownload
+        var wanted = indexed.maximumConnections ?? settings.connectionsPerDownload ?? QueueSettings.defaultConnectionsPerDownload
+        if self.store.isShared {
+            // A fleet's claim holds its connections to the host against the whole fleet's
+            // budget until the download ends: one that asked for them all kept every other
+            // download of the host waiting (1,000 small files: one a second). Each asks for its
+            // share among the downloads of the host waiting here; alone, for them all.
+            let waiting = self.core.readyCount(host: entry.host)
+            wanted = min(wanted, max(1, settings.maximumConnectionsPerHost / (waiting + 1)))
+        }
         let claim = QueueClaim(
             downloadID: id,
             daemon: me,
@@ -178,9 +186,10 @@ extension DownloadQueue {
             if let row = try? self.store.download(id: id) { self.state.withLock { $0.saved(row) } }
             return .notStarted
         case .hostBusy:
-            // The fleet uses the host's whole budget: look again in a second.
-            var entry = entry
-            entry.notBefore = TransferCore.now() + 1
+            // The fleet uses the host's whole budget: no more of its downloads ask here until
+            // one of this daemon's gives a connection back, another daemon's does, or a second
+            // passes (``TransferCore/capHost(_:excluding:)``); this one waits first in line.
+            self.core.capHost(entry.host, excluding: entry.id)
             return .retry(entry)
         }
         let (previous, dropped, promise) = takeover.withLock { $0 }
