@@ -73,4 +73,24 @@ struct TransferCoreTests {
         #expect(core.counts.running == 0)
         await core.shutdown()
     }
+
+    @Test("A host capped because a fleet's budget for it is spent starts nothing more until a second passes, when the cap lifts on its own; one more start per connection another daemon gives back")
+    func hostCapLiftsOnItsOwn() async throws {
+        let core = TransferCore(limits: .init(maximumConcurrent: 8, maximumPerHost: 4, globalSpeedLimit: 0), logger: Logger(label: "core-test"))
+        let queue = RecordingOwner()
+        core.register(queue, for: .queue)
+        let started = { queue.starts.withLock { $0.flatMap { $0 } } }
+        // Nothing of the host runs here: the cap is 0, as when other daemons hold the budget.
+        core.capHost("http://127.0.0.1:1", excluding: nil)
+        core.enqueue([Self.entry(.queue, 1), Self.entry(.queue, 2), Self.entry(.queue, 3)])
+        try await Task.sleep(for: .milliseconds(150))
+        #expect(started().isEmpty, "capped at what runs here: nothing")
+        // Another daemon gave a connection back: one start, not three.
+        core.raiseHostCap("http://127.0.0.1:1")
+        #expect(await waitUntilTrue { started() == [1] })
+        // No news for a second: the cap goes, and the limits alone decide.
+        #expect(await waitUntilTrue(timeout: .seconds(5)) { started().sorted() == [1, 2, 3] })
+        _ = core.endedAndReady([1, 2, 3].map { TransferID(.queue, $0) }, [], startingFor: .queue)
+        await core.shutdown()
+    }
 }
