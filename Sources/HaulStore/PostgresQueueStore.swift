@@ -574,10 +574,10 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
             }
             guard let fetched = try self.fetch(connection, id: claim.downloadID, lock: .skipLocked) else {
                 let exists = try self.run(connection, "SELECT 1 FROM haul_queued_download WHERE id = \(claim.downloadID)").rows.first != nil
-                return exists ? .heldElsewhere(nil) : .notWaiting
+                return exists ? .heldElsewhere(nil, nil) : .notWaiting(nil)
             }
-            if let holder = fetched.download.runner { return .heldElsewhere(holder) }
-            guard fetched.download.state == .waiting else { return .notWaiting }
+            if let holder = fetched.download.runner { return .heldElsewhere(holder, fetched.download) }
+            guard fetched.download.state == .waiting else { return .notWaiting(fetched.download) }
             var granted = max(1, claim.connections)
             if claim.maximumPerHost > 0 {
                 let used = try self.run(

@@ -64,10 +64,12 @@ public enum QueueClaimOutcome: Sendable {
     /// The download is this daemon's until the lease expires: the row as changed by the claim,
     /// the lease, and how many connections to its host it may use.
     case claimed(StoredDownload, QueueLease, connections: Int)
-    /// It does not wait any more (paused, removed, finished) or is gone.
-    case notWaiting
-    /// Another daemon holds it (or is claiming it right now).
-    case heldElsewhere(String?)
+    /// It does not wait any more (paused, removed, finished) or is gone: the row as the claim
+    /// read it, when it read one (`nil`: gone, or not read).
+    case notWaiting(StoredDownload?)
+    /// Another daemon holds it (its name), or is claiming it right now (`nil`), and the row as
+    /// the claim read it when it could (a collision of two daemons costs no read more).
+    case heldElsewhere(String?, StoredDownload?)
     /// The fleet already uses every connection to the host that its limit allows.
     case hostBusy
 }

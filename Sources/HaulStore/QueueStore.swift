@@ -147,7 +147,7 @@ extension QueueClaim {
     /// there is none), as ``QueueStore/claim(_:_:)`` decides it, and written nowhere: the write
     /// that saves it later is ``SoleWriterQueueStore/updateDownload(_:stored:_:)``.
     public func decided(on stored: StoredDownload?, _ change: (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
-        guard var claimed = stored, claimed.state == .waiting else { return .notWaiting }
+        guard var claimed = stored, claimed.state == .waiting else { return .notWaiting(stored) }
         try change(&claimed)
         return .claimed(claimed, QueueLease(daemon: self.daemon, generation: 0), connections: self.connections)
     }
@@ -201,7 +201,7 @@ extension TransferStore: QueueStore {
             }
             try change(&download)
         }
-        guard let updated, waiting.withLock({ $0 }) else { return .notWaiting }
+        guard let updated, waiting.withLock({ $0 }) else { return .notWaiting(updated) }
         return .claimed(updated, QueueLease(daemon: claim.daemon, generation: 0), connections: claim.connections)
     }
 

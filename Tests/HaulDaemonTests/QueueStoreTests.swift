@@ -156,7 +156,8 @@ struct QueueStoreTests {
         // renewal however slow the machine; the renewal then shortens it to one second.
         guard case .claimed(let claimed, let leaseA, 1) = try claim(a, ids[0], lease: 30) else { Issue.record("a's claim failed"); return }
         #expect(claimed.state == .active && claimed.runner == "a" && leaseA.generation == 1)
-        guard case .heldElsewhere("a") = try claim(b, ids[0]) else { Issue.record("b claimed a held download"); return }
+        guard case .heldElsewhere("a", let seen?) = try claim(b, ids[0]) else { Issue.record("b claimed a held download"); return }
+        #expect(seen.runner == "a" && seen.state == .active, "the row as b's claim read it")
         #expect(try b.download(id: ids[0])?.runner == "a", "every reader sees who runs it")
         #expect(await Self.wait { heard.withLock { $0.contains(.download(ids[0])) } }, "b heard of a's claim")
         heard.withLock { $0.removeAll() }

@@ -174,16 +174,16 @@ extension DownloadQueue {
             download = row
             lease = granted
             connections = count
-        case .notWaiting:
+        case .notWaiting(let found):
             // Paused, removed or finished meanwhile (or gone: the index forgets it).
-            let row = try? self.store.download(id: id)
+            let row = found ?? (try? self.store.download(id: id))
             self.state.withLock { state in
                 if let row { state.saved(row) } else { state.index.remove(id: id) }
             }
             return .notStarted
-        case .heldElsewhere(let holder):
+        case .heldElsewhere(let holder, let found):
             self.logger.debug("download \(id) is held by \(holder ?? "another daemon")")
-            if let row = try? self.store.download(id: id) { self.state.withLock { $0.saved(row) } }
+            if let row = found ?? (try? self.store.download(id: id)) { self.state.withLock { $0.saved(row) } }
             return .notStarted
         case .hostBusy:
             // The fleet uses the host's whole budget: no more of its downloads ask here until
