@@ -436,5 +436,8 @@ struct TransferSchedulerTests {
         #expect(self.started(scheduler.ended(TransferID(.queue, 3), now: 5)).map(\.number) == [7])
         #expect(scheduler.raiseHostCap(Self.hostB, now: 5).isEmpty, "raising a host without a cap changes nothing")
         #expect(scheduler.cap(host: Self.hostB) == nil)
+        // Raised by many at once (a list read again), never above the limit.
+        #expect(scheduler.capHost(Self.hostA, excluding: nil, now: 6).isEmpty && scheduler.cap(host: Self.hostA) == 4)
+        #expect(scheduler.raiseHostCap(Self.hostA, by: 50, now: 6).isEmpty && scheduler.cap(host: Self.hostA) == 4)
     }
 }

@@ -358,11 +358,11 @@ public struct TransferScheduler: Sendable {
         return self.decide(now: now)
     }
 
-    /// A capped `host` has room for one more transfer (another daemon gave a connection back):
-    /// its cap rises by one. No change for a host without a cap.
-    public mutating func raiseHostCap(_ host: String, now: Double) -> [Action] {
-        guard let cap = self.hostCaps[host] else { return [] }
-        self.hostCaps[host] = cap + 1
+    /// A capped `host` has room for `count` more transfers (other daemons gave connections
+    /// back): its cap rises by as many. No change for a host without a cap.
+    public mutating func raiseHostCap(_ host: String, by count: Int = 1, now: Double) -> [Action] {
+        guard let cap = self.hostCaps[host], count > 0 else { return [] }
+        self.hostCaps[host] = min(cap + count, self.limits.maximumPerHost)
         return self.decide(now: now)
     }
 

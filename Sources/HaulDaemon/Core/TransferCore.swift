@@ -242,11 +242,11 @@ public final class TransferCore: Sendable {
         }
     }
 
-    /// A capped `host` has room for one more transfer (another daemon's download of it
-    /// stopped running): one more may start, one claim, where lifting the cap would send as
-    /// many as the limits allow to find the room taken.
-    func raiseHostCap(_ host: String) {
-        self.decide { $0.raiseHostCap(host, now: $1) }
+    /// A capped `host` has room for `count` more transfers (other daemons' downloads of it
+    /// stopped running): as many more may start, a claim each, where lifting the cap would send
+    /// as many as the limits allow to find the room taken.
+    func raiseHostCap(_ host: String, by count: Int = 1) {
+        self.decide { $0.raiseHostCap(host, by: count, now: $1) }
     }
 
     /// Transfers ready to start on `host`, every owner's.

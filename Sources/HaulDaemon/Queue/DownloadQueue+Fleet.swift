@@ -195,14 +195,14 @@ extension DownloadQueue {
     struct SchedulerBatch {
         var ready: [TransferScheduler.Entry] = []
         var withdrawn: [TransferID] = []
-        /// Hosts another daemon gave a connection back to (a download of it stopped running),
-        /// as often as it did.
-        var freedHosts: [String] = []
+        /// Hosts other daemons gave connections back to (downloads of them stopped running),
+        /// with how many: one decision a host, however many rows a list read again brings.
+        var freedHosts: [String: Int] = [:]
 
         func apply(to core: TransferCore) {
             core.withdraw(self.withdrawn)
             core.enqueue(self.ready)
-            for host in self.freedHosts { core.raiseHostCap(host) }
+            for (host, count) in self.freedHosts { core.raiseHostCap(host, by: count) }
         }
     }
 
@@ -239,7 +239,7 @@ extension DownloadQueue {
             return
         }
         if changed { self.publish(.changed(row.info)) }
-        if stoppedRunning { batch.freedHosts.append(Self.entry(for: row).host) }
+        if stoppedRunning { batch.freedHosts[Self.entry(for: row).host, default: 0] += 1 }
         if row.state == .waiting, row.runner == nil {
             batch.ready.append(Self.entry(for: row))
         } else {
