@@ -497,9 +497,9 @@ extension DownloadQueue {
     /// of the row). A `kill -9` between a file's placement and the commit of its end leaves the
     /// promise, and the next start finds the file there (``settlePromisedPlacement(_:)``)
     /// instead of fetching it again under a second name (20,000 small files, 12-15 kills a run:
-    /// 3 runs of 7 left 2-4 second copies before; none in 10 runs since). Not for a fleet's
-    /// store; a download checked against a checksum (verified later, off this queue) promises
-    /// alone as it is placed (``promiseAlone(_:directory:name:total:)``).
+    /// 3 runs of 7 left 2-4 second copies before; none in 10 runs since). A fleet's daemon, and
+    /// a download checked against a checksum (verified later, off this queue), promise each
+    /// file alone as it is placed (``promiseBeforePlacing(_:lease:directory:name:total:)``).
     func recordPlacements(_ ends: [WorkEvent]) {
         guard let soleWriter = self.soleWriter else { return }
         var candidates: [(id: Int64, directory: String, name: String, total: Int64)] = []
@@ -553,39 +553,33 @@ extension DownloadQueue {
         }
     }
 
-    /// A download verified against its checksum off this queue is placed alone, outside any
-    /// batch of ends: it promises its place with a commit of its own first (its file is large
-    /// as a rule; the commit is not felt). `nil`: not saved, placed without a promise.
-    private func promiseAlone(_ id: Int64, directory: String, name: String, total: Int64) -> String? {
-        guard let soleWriter = self.soleWriter, self.state.withLock({ $0.effects == nil }),
+    /// Promises where the finished file of download `id` goes, in one write under its lease,
+    /// before the file is placed: for a download not promised in its batch of ends
+    /// (``recordPlacements(_:)``). A fleet's store: the write that confirms the lease, which
+    /// placing needed anyway (one round trip). The daemon's own store: a download checked against
+    /// its checksum off this queue, placed alone, outside any batch (its file is large as a
+    /// rule; the commit is not felt). A kill between the placement and the save of the end
+    /// leaves the promise: whoever claims the download next, or the next start, finds the file
+    /// there instead of fetching it again under a second name
+    /// (``settleClaimedPromise(_:placedBy:lease:promise:)``, ``settlePromisedPlacement(_:)``).
+    /// Throws ``QueueLeaseLost`` as the confirmation did; `nil` (confirmed, not promised) when no
+    /// free name is found, inside a batch of the daemon's own store (its commit would come
+    /// after the placement), or when its own store cannot save it (placed as without one).
+    private func promiseBeforePlacing(_ id: Int64, lease: QueueLease, directory: String, name: String, total: Int64) throws -> String? {
+        guard self.soleWriter == nil || self.state.withLock({ $0.effects == nil }),
             let path = NoOverwriteMove.freePath(directory: directory, name: name)
-        else { return nil }
-        let promise = PlacementPromise(id: id, path: path, totalBytes: total)
-        do {
-            try soleWriter.promisePlacements([promise])
-        } catch {
-            self.logger.warning("cannot save where download \(id)'s file goes before placing it: \(error)")
-            return nil
-        }
-        self.noteSaved([promise])
-        return path
-    }
-
-    /// A fleet's store: the lease is confirmed and the place of the finished file promised in
-    /// one write under it, before the file is placed — what the confirmation cost already, one
-    /// round trip. A daemon killed between the placement and the save of the end leaves the
-    /// promise; whichever daemon claims the download next finds the file there
-    /// (``settleClaimedPromise(_:placedBy:lease:promise:)``) instead of fetching it again under a second
-    /// name. Throws ``QueueLeaseLost`` as the confirmation did; `nil` (confirmed, not promised)
-    /// when no free name is found.
-    private func promiseUnderLease(_ id: Int64, lease: QueueLease, directory: String, name: String, total: Int64) throws -> String? {
-        guard let path = NoOverwriteMove.freePath(directory: directory, name: name) else {
+        else {
             try self.store.confirmLease(id: id, lease: lease)
             return nil
         }
-        try self.updateDownload(id: id, lease: lease) { download in
-            download.finalPath = path
-            download.totalBytes = total
+        do {
+            try self.updateDownload(id: id, lease: lease) { download in
+                download.finalPath = path
+                download.totalBytes = total
+            }
+        } catch where self.soleWriter != nil {
+            self.logger.warning("cannot save where download \(id)'s file goes before placing it: \(error)")
+            return nil
         }
         return path
     }
@@ -699,13 +693,11 @@ extension DownloadQueue {
             // The file is placed only while the download is still this daemon's, where the
             // placement was promised (``recordPlacements(_:)``), while that is free.
             let promised: String?
-            if download.state == .active, download.finalPath == nil, self.soleWriter == nil {
-                promised = try self.promiseUnderLease(id, lease: lease, directory: download.directory, name: name(), total: total)
+            if download.state == .active, download.finalPath == nil, self.soleWriter == nil || download.checksum != nil {
+                promised = try self.promiseBeforePlacing(id, lease: lease, directory: download.directory, name: name(), total: total)
             } else {
                 try self.store.confirmLease(id: id, lease: lease)
-                promised = download.state == .active
-                    ? download.finalPath ?? (download.checksum != nil ? self.promiseAlone(id, directory: download.directory, name: name(), total: total) : nil)
-                    : nil
+                promised = download.state == .active ? download.finalPath : nil
             }
             let finalPath: String
             do {

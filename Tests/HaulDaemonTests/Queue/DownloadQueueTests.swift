@@ -476,6 +476,27 @@ struct DownloadQueueTests {
         await second.close()
     }
 
+    @Test("Every finished file's place is saved before the file is placed: in its batch of ends, or alone under its lease when its checksum was checked off the queue")
+    func promisesComeFirst() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let watching = Mutex<PromiseWatchingStore?>(nil)
+        let harness = try QueueHarness(store: { inner in
+            let store = PromiseWatchingStore(inner)
+            watching.withLock { $0 = store }
+            return store
+        })
+        let store = try #require(watching.withLock { $0 })
+        let plain = try await harness.queue.add(urls: [server.url("/file/p?size=9000&seed=41")], fileName: "plain.bin")
+        let checked = try await harness.queue.add(
+            urls: [server.url("/file/q?size=8000&seed=42")], fileName: "checked.bin",
+            checksum: "sha256=" + TestContent.sha256Hex(size: 8000, seed: 42)
+        )
+        for download in [plain, checked] { _ = try await harness.wait(for: download.id, .complete) }
+        let directory = harness.downloads.path
+        #expect(store.promised.withLock { $0 } == [directory + "/plain.bin": false, directory + "/checked.bin": false])
+        await harness.close()
+    }
+
     @Test("Bad input gets a clear error and changes nothing")
     func badInput() async throws {
         let server = try await FaultInjectingHTTPServer.start()

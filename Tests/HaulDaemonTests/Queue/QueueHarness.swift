@@ -254,6 +254,49 @@ final class ReadCountingStore: SoleWriterQueueStore, ForwardingQueueStore {
     }
 }
 
+/// The embedded store, noting for each write that says where an active download's file goes
+/// (a placement promise) whether that file was already there: a promise is worth something only
+/// if it is saved before the file is placed.
+final class PromiseWatchingStore: SoleWriterQueueStore, ForwardingQueueStore {
+    let inner: TransferStore
+    var base: any QueueStore { self.inner }
+    /// Per path promised: whether its file existed when the promise was written.
+    let promised = Mutex<[String: Bool]>([:])
+
+    init(_ inner: TransferStore) { self.inner = inner }
+
+    private func note(_ row: StoredDownload?) {
+        guard let row, row.state == .active, let path = row.finalPath else { return }
+        let exists = FileManager.default.fileExists(atPath: path)
+        self.promised.withLock { if $0[path] == nil { $0[path] = exists } }
+    }
+
+    func updateDownload(_ current: StoredDownload, stored: StoredDownload, _ change: (inout StoredDownload) throws -> Void) throws -> StoredDownload {
+        let saved = try self.inner.updateDownload(current, stored: stored, change)
+        self.note(saved)
+        return saved
+    }
+
+    func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        let saved = try self.inner.updateDownload(id: id, lease: lease, release: release, change)
+        self.note(saved)
+        return saved
+    }
+
+    func waitingDownloads(from id: Int64, limit: Int) throws -> [StoredDownload] {
+        try self.inner.waitingDownloads(from: id, limit: limit)
+    }
+
+    func promisePlacements(_ promises: [PlacementPromise]) throws {
+        try self.inner.promisePlacements(promises)
+        self.promised.withLock { promised in
+            for promise in promises where promised[promise.path] == nil {
+                promised[promise.path] = FileManager.default.fileExists(atPath: promise.path)
+            }
+        }
+    }
+}
+
 /// The embedded store presented as a fleet's (``isShared``), whose heartbeat can be made to
 /// hang until released: the lease keeper's round then does not come back. Everything else is
 /// the embedded store's.
