@@ -155,13 +155,7 @@ struct DownloadQueueTests {
         // The batches that claim downloads 2, 3, 5 and 8 fail (one at a time, each with the
         // end of the download before it); the replay of download 3's claim fails too: its run
         // must not start on a claim that was never saved.
-        let flaky = Mutex<FlakyBatchStore?>(nil)
-        let harness = try QueueHarness(store: { inner in
-            let store = FlakyBatchStore(inner, failClaimBatches: [2, 3, 5, 8], failingClaims: [3])
-            flaky.withLock { $0 = store }
-            return store
-        })
-        let store = try #require(flaky.withLock { $0 })
+        let (harness, store) = try QueueHarness.wrapping { FlakyBatchStore($0, failClaimBatches: [2, 3, 5, 8], failingClaims: [3]) }
         _ = try await harness.queue.set("max-concurrent", to: "1")
         var ids: [Int64] = []
         for index in 0..<8 {
@@ -479,13 +473,7 @@ struct DownloadQueueTests {
     @Test("Every finished file's place is saved before the file is placed: in its batch of ends, or alone under its lease when its checksum was checked off the queue")
     func promisesComeFirst() async throws {
         let server = try await FaultInjectingHTTPServer.start()
-        let watching = Mutex<PromiseWatchingStore?>(nil)
-        let harness = try QueueHarness(store: { inner in
-            let store = PromiseWatchingStore(inner)
-            watching.withLock { $0 = store }
-            return store
-        })
-        let store = try #require(watching.withLock { $0 })
+        let (harness, store) = try QueueHarness.wrapping(PromiseWatchingStore.init)
         let plain = try await harness.queue.add(urls: [server.url("/file/p?size=9000&seed=41")], fileName: "plain.bin")
         let checked = try await harness.queue.add(
             urls: [server.url("/file/q?size=8000&seed=42")], fileName: "checked.bin",
@@ -584,12 +572,10 @@ extension DownloadQueueTests {
     @Test("A lease keeper that does not come back from a round for a whole lease is logged, with the store calls in flight")
     func stuckLeaseKeeper() async throws {
         let lines = LoggedLines()
-        let hanging = Mutex<HangingHeartbeatStore?>(nil)
-        let harness = try QueueHarness(
-            store: { inner in
+        let (harness, hanging) = try QueueHarness.wrapping(
+            { inner in
                 let store = HangingHeartbeatStore(inner)
                 store.hangs.withLock { $0 = true }
-                hanging.withLock { $0 = store }
                 return store
             },
             logHandler: lines.handler,
@@ -603,7 +589,7 @@ extension DownloadQueueTests {
         }
         #expect(reported?.contains("store calls in flight: test connection: heartbeat held by the test") == true, "\(lines.all)")
         #expect(lines.all.filter { $0.contains("lease keeper has not come back") }.count == 1, "once a round")
-        hanging.withLock { $0 }?.hangs.withLock { $0 = false }
+        hanging.hangs.withLock { $0 = false }
         harness.queue.leaveFleet()
         await harness.close()
     }

@@ -51,6 +51,22 @@ final class QueueHarness: Sendable {
         try self.queue.start()
     }
 
+    /// A harness on the store `make` wraps around the embedded one, and that store, for a test
+    /// to inject faults through or read what it saw.
+    static func wrapping<Store: QueueStore>(
+        _ make: (TransferStore) -> Store,
+        logHandler: (any LogHandler)? = nil,
+        configure: (inout DownloadQueue.Configuration) -> Void = { _ in }
+    ) throws -> (QueueHarness, Store) {
+        var made: Store?
+        let harness = try QueueHarness(store: { inner in
+            let store = make(inner)
+            made = store
+            return store
+        }, logHandler: logHandler, configure: configure)
+        return (harness, made!)
+    }
+
     /// Waits until download `id` is in `state` (or a final state), returning its info.
     func wait(for id: Int64, _ state: QueuedDownloadState, timeout: Duration = .seconds(30)) async throws -> QueuedDownloadInfo {
         let deadline = ContinuousClock.now + timeout
