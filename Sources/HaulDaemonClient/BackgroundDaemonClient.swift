@@ -121,11 +121,12 @@ package final class BackgroundDaemonClient: Sendable {
             return
         }
         // A longer line is refused by the daemon, which then closes the connection: said here,
-        // with nothing sent.
-        guard line.count <= DaemonProtocol.maximumLineLength else {
+        // with nothing sent. The limit is the line's before its newline, as the daemon counts.
+        let length = line.count - 1
+        guard length <= DaemonProtocol.maximumLineLength else {
             _ = self.state.withLock { $0.pending.removeValue(forKey: request.id) }
             completion(.failure(Failure(
-                description: "\(request.method.rawValue) takes \(line.count) bytes, more than one request to hauld may carry (\(DaemonProtocol.maximumLineLength))"
+                description: "\(request.method.rawValue) takes \(length) bytes, more than one request to hauld may carry (\(DaemonProtocol.maximumLineLength))"
             )))
             return
         }

@@ -262,15 +262,22 @@ extension DaemonRequestTests {
             #expect(!batches.contains { $0.isEmpty })
             for (index, batch) in batches.enumerated() {
                 let line = try DaemonRequest(id: Int.max, .queueAdd(.batch(Array(batch)))).encodedLine()
-                #expect(line.count <= limit, "batch \(index) of \(batches.count) fits \(limit)")
+                // The limit is the line's before its newline, as the daemon counts.
+                #expect(line.last == UInt8(ascii: "\n") && line.count - 1 <= limit, "batch \(index) of \(batches.count) fits \(limit)")
                 // Fewest: the next one's first download would not have fitted.
                 if index + 1 < batches.count {
                     let grown = Array(batch) + [batches[index + 1].first!]
                     let longer = try DaemonRequest(id: Int.max, .queueAdd(.batch(grown))).encodedLine()
-                    #expect(longer.count > limit, "batch \(index) could not take one more")
+                    #expect(longer.count - 1 > limit, "batch \(index) could not take one more")
                 }
             }
         }
+        // At the limit exactly (counted before the newline, as the daemon does): one batch;
+        // one byte below it: two.
+        let pair = Array(downloads.prefix(2))
+        let exact = try DaemonRequest(id: Int.max, .queueAdd(.batch(pair))).encodedLine().count - 1
+        #expect(try DaemonRequest.addBatches(pair, maximumLineLength: exact).map(\.count) == [2])
+        #expect(try DaemonRequest.addBatches(pair, maximumLineLength: exact - 1).map(\.count) == [1, 1])
         // A download that fits no line: refused with its place, nothing split.
         let huge = NewDownload(urls: [URL(string: "http://127.0.0.1/" + String(repeating: "h", count: 2_000))!])
         #expect(throws: DaemonRequest.DownloadTooLong.self) { try DaemonRequest.addBatches(downloads + [huge], maximumLineLength: 1_000) }

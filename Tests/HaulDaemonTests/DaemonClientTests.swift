@@ -85,6 +85,25 @@ struct DaemonClientTests {
         #expect(refused.contains("queueAdd takes") && refused.contains("more than one request to hauld may carry"), "\(refused)")
         #expect(answered, "the same connection answers the next request")
 
+        // A request whose line is the limit exactly (before its newline, as the daemon counts)
+        // goes out and is answered: the client refused it once (it counted the newline).
+        let exact = await blocking { () -> String in
+            guard let client = try? BackgroundDaemonClient.connectOnce(paths: paths) else { return "no connection" }
+            defer { client.close() }
+            // A fresh client's first request has id 1.
+            func request(padding: Int) -> DaemonRequest {
+                DaemonRequest(id: 1, .queueAdd(.batch([NewDownload(urls: [URL(string: "http://127.0.0.1:9/" + String(repeating: "e", count: padding))!], paused: true)])))
+            }
+            let probe = (try? request(padding: 0).encodedLine().count) ?? 0
+            let padding = DaemonProtocol.maximumLineLength - (probe - 1)
+            guard (try? request(padding: padding).encodedLine().count) == DaemonProtocol.maximumLineLength + 1 else { return "cannot make the line" }
+            switch Result(catching: { try client.call(request(padding: padding)) }) {
+            case .success(let response): return response.downloads?.count == 1 ? "added" : "answered without the download"
+            case .failure(let error): return "\(error)"
+            }
+        }
+        #expect(exact == "added", "\(exact)")
+
         // The daemon's own limit, exactly: a line one byte over it is refused with a message and
         // the connection closed, whatever the reads it came in; one at it is read.
         for extra in [0, 1] {

@@ -143,7 +143,8 @@ extension DaemonRequest {
     }
 
     /// `downloads` split, in order, into as few consecutive batches as each fit one `queueAdd`
-    /// line of at most `maximumLineLength` bytes (``encodedLine()``, whatever its `id`): one
+    /// line of at most `maximumLineLength` bytes before its newline (``encodedLine()``, whatever
+    /// its `id`): one
     /// batch when the whole list fits. The daemon adds each batch in one transaction.
     ///
     /// - Throws: ``DownloadTooLong`` for a download that fits no line on its own.
@@ -151,9 +152,9 @@ extension DaemonRequest {
         _ downloads: [NewDownload],
         maximumLineLength: Int = DaemonProtocol.maximumLineLength
     ) throws(DownloadTooLong) -> [ArraySlice<NewDownload>] {
-        // The line around the downloads: {"id":N,"method":"queueAdd","downloads":[ … ]}\n,
-        // with room for the longest id.
-        let frame = #"{"id":,"method":"queueAdd","downloads":[]}"#.utf8.count + 1 + String(Int.max).utf8.count
+        // The line around the downloads: {"id":N,"method":"queueAdd","downloads":[ … ]}, with
+        // room for the longest id; its newline is not counted (nor is it by the daemon).
+        let frame = #"{"id":,"method":"queueAdd","downloads":[]}"#.utf8.count + String(Int.max).utf8.count
         var batches: [ArraySlice<NewDownload>] = []
         var start = 0
         var length = frame
