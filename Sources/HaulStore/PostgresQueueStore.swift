@@ -464,6 +464,14 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
         try self.withConnection(self.general) { connection in try self.fetch(connection, id: id, lock: .none)?.download }
     }
 
+    public func downloads(ids: [Int64]) throws -> [StoredDownload] {
+        guard ids.count > 1 else { return try ids.first.flatMap { try self.download(id: $0) }.map { [$0] } ?? [] }
+        return try self.withConnection(self.general) { connection in
+            try self.run(connection, "SELECT \(unescaped: Self.columns) FROM haul_queued_download WHERE id = ANY(\(ids)::BIGINT[])")
+                .rows.map { try Self.decode($0).download }
+        }
+    }
+
     public func forEachDownload(_ body: (StoredDownload) throws -> Void) throws {
         // Pages of 1,000 by id: a queue of 100,000 is never held at once.
         var after: Int64 = 0

@@ -25,6 +25,11 @@ public protocol QueueStore: Sendable {
 
     func download(id: Int64) throws -> StoredDownload?
 
+    /// The downloads among `ids` that exist (any order; one missing was deleted), read together:
+    /// a fleet's daemon reads what other daemons changed this way, however many changes the
+    /// notifications brought since it last looked (one query where a row each was one).
+    func downloads(ids: [Int64]) throws -> [StoredDownload]
+
     /// Calls `body` with every download, oldest first, without holding them all at once.
     func forEachDownload(_ body: (StoredDownload) throws -> Void) throws
 
@@ -223,4 +228,9 @@ extension TransferStore: QueueStore {
 extension QueueStore {
     /// A store with no calls that can hang (SQLite answers or fails) reports none.
     public func callsInFlight(longerThan limit: Duration) -> [String] { [] }
+
+    /// One read a download, for a store whose reads cost no round trip (the embedded one).
+    public func downloads(ids: [Int64]) throws -> [StoredDownload] {
+        try ids.compactMap { try self.download(id: $0) }
+    }
 }

@@ -77,6 +77,11 @@ struct QueueStoreTests {
         #expect(read.errorMessage == "line one\nline two" && read.gid == "0123456789abcdef")
         #expect(abs(read.createdAt.timeIntervalSince1970 - 1_763_900_000.5) < 0.002)
         #expect(try store.download(id: 999_999) == nil)
+        // Many read together: those that exist, each once, whole; a missing one is left out.
+        let together = try store.downloads(ids: [inserted[2].id!, 999_999, inserted[0].id!])
+        #expect(Set(together.map(\.id)) == [inserted[0].id, inserted[2].id] && together.count == 2)
+        #expect(together.first { $0.id == inserted[0].id }?.segments == full.segments)
+        #expect(try store.downloads(ids: []).isEmpty && store.downloads(ids: [inserted[1].id!]).map(\.id) == [inserted[1].id])
 
         // A taken gid fails the whole batch.
         var clash = Self.download("d")

@@ -17,18 +17,16 @@ import Synchronization
 ///   that it has stopped before the lease can expire and another daemon take it over; and a
 ///   keeper round that has not come back for a whole lease is logged once, with the store
 ///   calls in flight (they are bounded, so that is a bug to report).
-/// - Changes of other daemons arrive as notifications and are applied on `work`: the index is
-///   updated, downloads that wait again are handed to the scheduler, and a download running
-///   here that another door paused or removed stops.
+/// - Changes of other daemons arrive as notifications and are applied on `work`, as many as
+///   arrived since the last turn together (``StoreChangeBacklog``: one read for their rows): the
+///   index is updated, downloads that wait again are handed to the scheduler, and a download
+///   running here that another door paused or removed stops.
 extension DownloadQueue {
     /// Starts the duties above when the store is shared (nothing otherwise).
     func startFleet() {
         guard self.store.isShared else { return }
         let lease = self.configuration.leaseSeconds
-        let observation = self.store.observeChanges { [weak self] change in
-            guard let self else { return }
-            self.work.async { self.apply(change) }
-        }
+        let observation = self.store.observeChanges { [weak self] change in self?.note(change) }
         let keeper = DispatchSource.makeTimerSource(queue: self.leaseWork)
         keeper.schedule(deadline: .now(), repeating: lease / 4, leeway: .milliseconds(20))
         keeper.setEventHandler { [weak self] in self?.keepLeases() }
@@ -91,7 +89,7 @@ extension DownloadQueue {
         do {
             for (download, holder) in try self.store.reclaimExpiredLeases() {
                 self.logger.notice("fleet: the lease of \(holder) on download \(download.id!) expired; it waits for a daemon again")
-                self.work.async { self.apply(.download(download.id!)) }
+                self.note(.download(download.id!))
             }
         } catch {
             reachable = false
@@ -108,7 +106,7 @@ extension DownloadQueue {
             if !wasReachable {
                 self.logger.notice("fleet: the store answers again")
                 // What changed meanwhile is read again (the change listener may have missed it).
-                self.work.async { self.apply(.resync) }
+                self.note(.resync)
             }
         } catch {
             reachable = false
@@ -157,35 +155,74 @@ extension DownloadQueue {
         run.stop(.pause)
     }
 
-    // MARK: - Changes of other daemons (on work)
+    // MARK: - Changes of other daemons
 
-    func apply(_ change: QueueStoreChange) {
+    /// Notes a change another daemon made (from any thread); the first since the queue last
+    /// applied them schedules a turn on `work` that applies all noted by then
+    /// (``applyStoreChanges()``).
+    func note(_ change: QueueStoreChange) {
+        if self.storeChanges.withLock({ $0.add(change) }) { self.work.async { self.applyStoreChanges() } }
+    }
+
+    /// How many rows one read of changed downloads asks for.
+    static let changedRowsPerRead = 500
+
+    /// Applies the changes noted since the last turn (on `work`): the settings, then every
+    /// changed download read again together (``QueueStore/downloads(ids:)``), or the whole list
+    /// after a gap; one scheduler decision for them all. Downloads whose read failed are noted
+    /// again for a turn a second later.
+    func applyStoreChanges() {
         dispatchPrecondition(condition: .onQueue(self.work))
-        do {
-            switch change {
-            case .download(let id):
-                var batch = SchedulerBatch()
-                self.refresh(id, row: try self.store.download(id: id), into: &batch)
-                batch.apply(to: self.core)
-            case .settings:
-                guard let settings = try self.store.queueSettings() else { return }
-                self.state.withLock { $0.settings = settings }
-                self.core.setLimits(self.limits(for: settings))
-                self.publish(.settings(settings))
-            case .resync:
+        let turn = self.storeChanges.withLock { $0.take() }
+        if turn.settings {
+            do {
+                if let settings = try self.store.queueSettings() {
+                    self.state.withLock { $0.settings = settings }
+                    self.core.setLimits(self.limits(for: settings))
+                    self.publish(.settings(settings))
+                }
+            } catch {
+                self.logger.notice("fleet: cannot read the settings another daemon changed: \(error)")
+                self.noteLater([.settings])
+            }
+        }
+        var batch = SchedulerBatch()
+        defer { batch.apply(to: self.core) }
+        if turn.resync {
+            do {
                 // One scheduler decision for the whole list (100,000 rows are one sort).
                 var seen = Set<Int64>()
-                var batch = SchedulerBatch()
                 try self.store.forEachDownload { row in
                     seen.insert(row.id!)
                     self.refresh(row.id!, row: row, into: &batch)
                 }
                 let gone = self.state.withLock { state in state.index.entries.map(\.id).filter { !seen.contains($0) } }
                 for id in gone { self.refresh(id, row: nil, into: &batch) }
-                batch.apply(to: self.core)
+            } catch {
+                self.logger.notice("fleet: cannot read the list again: \(error)")
+                self.noteLater([.resync])
             }
-        } catch {
-            self.logger.notice("fleet: cannot read a change of another daemon: \(error)")
+            return
+        }
+        var start = 0
+        while start < turn.ids.count {
+            let ids = Array(turn.ids[start..<min(start + Self.changedRowsPerRead, turn.ids.count)])
+            start += ids.count
+            do {
+                let rows = try self.store.downloads(ids: ids)
+                let found = Dictionary(rows.map { ($0.id!, $0) }, uniquingKeysWith: { first, _ in first })
+                for id in ids { self.refresh(id, row: found[id], into: &batch) }
+            } catch {
+                self.logger.notice("fleet: cannot read \(ids.count) download(s) another daemon changed: \(error)")
+                self.noteLater(ids.map(QueueStoreChange.download))
+            }
+        }
+    }
+
+    /// `changes` are noted again a second from now (a read of them failed).
+    private func noteLater(_ changes: [QueueStoreChange]) {
+        self.work.asyncAfter(deadline: .now() + 1) { [weak self] in
+            for change in changes { self?.note(change) }
         }
     }
 

@@ -148,6 +148,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
     let leaseWork = DispatchQueue(label: "hauld.leases")
     /// The timers and the change subscription of a shared store (see `DownloadQueue+Fleet`).
     let fleetDuties = FleetDuties()
+    /// Changes of other daemons not applied yet (a lock of its own: the listener adds to it
+    /// while a drain holds `state`).
+    let storeChanges = Mutex(StoreChangeBacklog())
 
     /// Loads the saved settings (or defaults) and makes them the core's shared limits.
     public init(store: any QueueStore, core: TransferCore, configuration: Configuration, logger: Logger) throws {

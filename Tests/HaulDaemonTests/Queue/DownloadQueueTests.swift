@@ -595,6 +595,38 @@ extension DownloadQueueTests {
     }
 }
 
+extension DownloadQueueTests {
+    @Test("Changes other daemons of a fleet make are read together: the notifications that arrive while the queue is busy cost one read of their rows, each row once; deleted ones leave the list")
+    func fleetChangesReadTogether() async throws {
+        let (harness, store) = try QueueHarness.wrapping { AnnouncingStore($0) }
+        let directory = harness.downloads.path
+        let added = try await harness.queue.add((0..<41).map { index in
+            NewDownload(urls: [URL(string: "http://127.0.0.1:9/f\(index).bin")!], directory: directory, paused: true)
+        })
+        let blocker = added[0].id
+        let ids = added.dropFirst().map(\.id)
+        // Another daemon changes 35 of them and deletes 5.
+        for id in ids.prefix(35) { _ = try store.inner.updateDownload(id: id) { $0.priority = 7 } }
+        for id in ids.suffix(5) { try store.inner.deleteDownload(id: id) }
+        // A first notification; its read holds the queue's thread while the rest arrive (one of
+        // them twice).
+        store.holding.withLock { $0 = blocker }
+        store.announce(.download(blocker))
+        while store.reads.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(5)) }
+        for id in ids { store.announce(.download(id)) }
+        store.announce(.download(ids[3]))
+        store.releaseRead()
+        let listed = await FleetTests.poll(timeout: .seconds(20)) { () -> [QueuedDownloadInfo]? in
+            let list = try await harness.queue.list()
+            return list.count == 36 && list.filter({ $0.priority == 7 }).count == 35 ? list : nil
+        }
+        let shown = try await harness.queue.list().map { ($0.id, $0.priority) }
+        #expect(listed != nil, "the list shows the other daemon's changes: \(shown)")
+        #expect(store.reads.withLock { $0 } == [[blocker], Array(ids)], "one read for all 40, in the order announced, each once")
+        await harness.close()
+    }
+}
+
 @Suite("Download queue on a full disk", .serialized)
 struct FullDiskTests {
     @Test("A full disk stops the download with a clear error, keeps its bytes, and it completes once there is room", .enabled(if: SmallDisk.canMount))

@@ -189,6 +189,7 @@ final class FlakyBatchStore: QueueStore {
     var storeDescription: String { self.inner.storeDescription }
     var isShared: Bool { self.inner.isShared }
     func download(id: Int64) throws -> StoredDownload? { try self.inner.download(id: id) }
+    func downloads(ids: [Int64]) throws -> [StoredDownload] { try self.inner.downloads(ids: ids) }
     func forEachDownload(_ body: (StoredDownload) throws -> Void) throws { try self.inner.forEachDownload(body) }
     func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
         try self.inner.updateDownload(id: id, change)
@@ -349,6 +350,7 @@ extension ForwardingQueueStore {
     var storeDescription: String { self.base.storeDescription }
     var isShared: Bool { self.base.isShared }
     func download(id: Int64) throws -> StoredDownload? { try self.base.download(id: id) }
+    func downloads(ids: [Int64]) throws -> [StoredDownload] { try self.base.downloads(ids: ids) }
     func forEachDownload(_ body: (StoredDownload) throws -> Void) throws { try self.base.forEachDownload(body) }
     func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
         try self.base.updateDownload(id: id, change)
@@ -404,4 +406,40 @@ final class LoggedLines: Sendable {
             self.box.lines.withLock { $0.append("\(event.level): \(event.message)") }
         }
     }
+}
+
+/// The embedded store presented as a fleet's (``isShared``) whose change notifications the test
+/// sends (``announce(_:)``), as another daemon's writes would; it records every read of changed
+/// rows (``downloads(ids:)``), and a read that asks for the download `holding` names waits
+/// until ``releaseRead()``: the queue's thread is busy meanwhile, as a daemon's is under load.
+final class AnnouncingStore: ForwardingQueueStore {
+    let inner: TransferStore
+    var base: any QueueStore { self.inner }
+    private let handler = Mutex<(@Sendable (QueueStoreChange) -> Void)?>(nil)
+    /// The ids of each read of changed rows, in order.
+    let reads = Mutex<[[Int64]]>([])
+    let holding = Mutex<Int64?>(nil)
+    private let held = DispatchSemaphore(value: 0)
+
+    init(_ inner: TransferStore) { self.inner = inner }
+
+    var isShared: Bool { true }
+
+    func observeChanges(_ handler: @escaping @Sendable (QueueStoreChange) -> Void) -> (any QueueStoreObservation)? {
+        self.handler.withLock { $0 = handler }
+        return nil
+    }
+
+    /// Tells the queue that another daemon changed something.
+    func announce(_ change: QueueStoreChange) {
+        self.handler.withLock { $0 }?(change)
+    }
+
+    func downloads(ids: [Int64]) throws -> [StoredDownload] {
+        self.reads.withLock { $0.append(ids) }
+        if let id = self.holding.withLock({ $0 }), ids.contains(id) { self.held.wait() }
+        return try self.inner.downloads(ids: ids)
+    }
+
+    func releaseRead() { self.held.signal() }
 }
