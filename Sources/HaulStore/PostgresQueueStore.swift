@@ -580,19 +580,43 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
                 // Claims for one host take turns across the fleet, so the budget is counted once.
                 try self.run(connection, "SELECT pg_advisory_xact_lock(727100002, hashtext(\(claim.host)))")
             }
-            guard let fetched = try self.fetch(connection, id: claim.downloadID, lock: .skipLocked) else {
+            // The download asked for, or else the first alternative that waits and nobody holds
+            // or is claiming (rows locked by another claim are skipped, not waited for).
+            let asked = try self.fetch(connection, id: claim.downloadID, lock: .skipLocked)
+            let refusal: QueueClaimOutcome?
+            if let asked {
+                if let holder = asked.download.runner {
+                    refusal = .heldElsewhere(holder, asked.download)
+                } else {
+                    refusal = asked.download.state == .waiting ? nil : .notWaiting(asked.download)
+                }
+            } else {
                 let exists = try self.run(connection, "SELECT 1 FROM haul_queued_download WHERE id = \(claim.downloadID)").rows.first != nil
-                return exists ? .heldElsewhere(nil, nil) : .notWaiting(nil)
+                refusal = exists ? .heldElsewhere(nil, nil) : .notWaiting(nil)
             }
-            if let holder = fetched.download.runner { return .heldElsewhere(holder, fetched.download) }
-            guard fetched.download.state == .waiting else { return .notWaiting(fetched.download) }
+            var chosen = asked
+            if let refusal {
+                guard !claim.alternatives.isEmpty,
+                    let alternative = try self.run(
+                        connection,
+                        """
+                        SELECT \(unescaped: Self.columns) FROM haul_queued_download
+                        WHERE id = ANY(\(claim.alternatives)::BIGINT[]) AND state = 'waiting' AND runner IS NULL
+                        ORDER BY array_position(\(claim.alternatives)::BIGINT[], id) LIMIT 1 FOR UPDATE SKIP LOCKED
+                        """
+                    ).rows.first
+                else { return refusal }
+                chosen = try Self.decode(alternative)
+            }
+            let fetched = chosen!
+            let id = fetched.download.id!
             var granted = max(1, claim.connections)
             if claim.maximumPerHost > 0 {
                 let used = try self.run(
                     connection,
                     """
                     SELECT COALESCE(sum(claimed_connections), 0)::BIGINT FROM haul_queued_download
-                    WHERE host = \(claim.host) AND runner IS NOT NULL AND lease_until > now() AND id <> \(claim.downloadID)
+                    WHERE host = \(claim.host) AND runner IS NOT NULL AND lease_until > now() AND id <> \(id)
                     """
                 ).rows.first?.decode(Int64.self) ?? 0
                 granted = min(granted, claim.maximumPerHost - Int(used))
@@ -608,11 +632,11 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
                 UPDATE haul_queued_download SET state = \(state), data = \(data), runner = \(claim.daemon),
                     lease_until = now() + make_interval(secs => \(claim.leaseSeconds)), generation = generation + 1,
                     host = \(claim.host), claimed_connections = \(granted)
-                WHERE id = \(claim.downloadID) RETURNING generation
+                WHERE id = \(id) RETURNING generation
                 """
             ).rows.first?.decode(Int64.self)
-            guard let generation else { throw StoreError("the store lost download \(claim.downloadID) while claiming it") }
-            try self.announce(connection, "d \(claim.downloadID)")
+            guard let generation else { throw StoreError("the store lost download \(id) while claiming it") }
+            try self.announce(connection, "d \(id)")
             download.runner = claim.daemon
             return .claimed(download, QueueLease(daemon: claim.daemon, generation: generation), connections: granted)
         }

@@ -440,4 +440,42 @@ struct TransferSchedulerTests {
         #expect(scheduler.capHost(Self.hostA, excluding: nil, now: 6).isEmpty && scheduler.cap(host: Self.hostA) == 4)
         #expect(scheduler.raiseHostCap(Self.hostA, by: 50, now: 6).isEmpty && scheduler.cap(host: Self.hostA) == 4)
     }
+    @Test("Alternatives: the next ready transfers of a host are taken out (best first, none started meanwhile); one started in another's slot takes it over; the rest come back in their places")
+    func alternativesTakeOverASlot() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 2, maximumPerHost: 2))
+        var starts: [TransferID] = []
+        for n in 1...7 { starts += self.started(scheduler.add(self.download(Int64(n)), now: 0)) }
+        starts += self.started(scheduler.add(self.download(30, host: Self.hostB), now: 0))
+        #expect(starts.map(\.number) == [1, 2])
+        // Download 2's daemon offers 3, 4 and 5 with its claim.
+        let taken = scheduler.takeReady(host: Self.hostA, owner: .queue, limit: 3)
+        #expect(taken.map(\.id.number) == [3, 4, 5], "best first")
+        let otherOwner = scheduler.takeReady(host: Self.hostA, owner: .session, limit: 3)
+        #expect(otherOwner.isEmpty, "another owner's queue")
+        #expect(!scheduler.isWaiting(TransferID(.queue, 3)) && scheduler.waitingCount == 3, "6, 7 and the other host's wait")
+        // 2 was another daemon's; 4 started in its slot.
+        let replaced = scheduler.replace(running: TransferID(.queue, 2), with: taken[1])
+        #expect(replaced)
+        #expect(!scheduler.isRunning(TransferID(.queue, 2)) && !scheduler.isWaiting(TransferID(.queue, 2)))
+        #expect(scheduler.isRunning(TransferID(.queue, 4)) && scheduler.runningCount == 2 && scheduler.runningCount(host: Self.hostA) == 2)
+        let refused = [
+            scheduler.replace(running: TransferID(.queue, 2), with: taken[2]),
+            scheduler.replace(running: TransferID(.queue, 1), with: taken[1]),
+            scheduler.replace(running: TransferID(.queue, 1), with: self.download(31, host: Self.hostB)),
+        ]
+        #expect(refused == [false, false, false], "2 holds no slot any more; 4 runs already; another host's count would be wrong")
+        // 3 and 5 come back: full slots start nothing; then ends start them in order.
+        let back = scheduler.add([taken[0], taken[2]], now: 1)
+        #expect(self.started(back).isEmpty)
+        let end1 = scheduler.ended(TransferID(.queue, 4), now: 2)
+        #expect(self.started(end1).map(\.number) == [3], "the slot 4 took over is freed by 4's end")
+        let end2 = scheduler.ended(TransferID(.queue, 1), now: 3)
+        #expect(self.started(end2).map(\.number) == [5])
+        let end3 = scheduler.ended(TransferID(.queue, 3), now: 4)
+        #expect(self.started(end3).map(\.number) == [6])
+        let end4 = scheduler.ended(TransferID(.queue, 5), now: 5)
+        #expect(self.started(end4).map(\.number) == [7])
+        let end5 = scheduler.ended(TransferID(.queue, 6), now: 6)
+        #expect(self.started(end5).map(\.number) == [30])
+    }
 }

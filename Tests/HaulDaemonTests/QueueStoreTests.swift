@@ -210,6 +210,42 @@ struct QueueStoreTests {
         #expect(await Self.wait { heard.withLock { $0.contains(.download(ids[1])) } })
     }
 
+    @Test("A shared store: a claim of a download another daemon holds takes the first of its alternatives that waits and nobody holds, in the same transaction; with none free it is refused as before")
+    func claimAlternatives() async throws {
+        let cluster = try await Self.startCluster()
+        defer { cluster.stop() }
+        try cluster.createDatabase("fleet")
+        let url = cluster.url(database: "fleet")
+        let a = try PostgresQueueStore(url: url, member: "a", logger: Logger(label: "test"))
+        let b = try PostgresQueueStore(url: url, member: "b", logger: Logger(label: "test"))
+        let ids = try a.insert((1...6).map { Self.download("f\($0)") }).map { $0.id! }
+        func claim(_ store: PostgresQueueStore, _ id: Int64, alternatives: [Int64] = [], connections: Int = 1, perHost: Int = 0) throws -> QueueClaimOutcome {
+            try store.claim(QueueClaim(downloadID: id, daemon: store.member, leaseSeconds: 30, host: "h", connections: connections, maximumPerHost: perHost, alternatives: alternatives)) {
+                $0.state = .active
+            }
+        }
+        // a holds 1 and 2; 3 is paused.
+        for id in ids.prefix(2) { guard case .claimed = try claim(a, id) else { Issue.record("a's claim of \(id) failed"); return } }
+        _ = try a.updateDownload(id: ids[2]) { $0.state = .paused }
+        // b asks for 1 offering 2, 3, 5, 4: 2 is held, 3 waits no more, 5 is the first free in b's order.
+        guard case .claimed(let taken, let lease, 1) = try claim(b, ids[0], alternatives: [ids[1], ids[2], ids[4], ids[3]]) else {
+            Issue.record("no alternative claimed"); return
+        }
+        #expect(taken.id == ids[4] && taken.state == .active && taken.runner == "b" && lease.daemon == "b")
+        #expect(try a.download(id: ids[4])?.runner == "b" && a.download(id: ids[3])?.runner == nil, "5 claimed, 4 untouched")
+        #expect(try a.download(id: ids[0])?.runner == "a", "1 stays a's")
+        // One that waits no more is passed over the same way.
+        guard case .claimed(let next, _, _) = try claim(b, ids[2], alternatives: [ids[3]]) else { Issue.record("paused one not passed over"); return }
+        #expect(next.id == ids[3])
+        // Nothing free among them: refused, as without alternatives, with the row asked for.
+        guard case .heldElsewhere("a", let seen?) = try claim(b, ids[0], alternatives: [ids[1], ids[2], ids[4]]) else { Issue.record("not refused"); return }
+        #expect(seen.id == ids[0])
+        // The host budget counts for the alternative claimed: 3 connections, a holds 2, b 2.
+        guard case .hostBusy = try claim(b, ids[0], alternatives: [ids[5]], perHost: 4) else { Issue.record("over the host budget"); return }
+        guard case .claimed(let last, _, 1) = try claim(b, ids[0], alternatives: [ids[5]], connections: 2, perHost: 5) else { Issue.record("budget miscounted"); return }
+        #expect(last.id == ids[5])
+    }
+
     /// Polls `condition` for up to five seconds (sleeping without holding a thread).
     @Test("A statement the store never answers: reported while it waits, given up after the timeout, and the next call connects again")
     func unansweredStatement() async throws {

@@ -331,6 +331,39 @@ public struct TransferScheduler: Sendable {
     private var slotsHeld: Int { self.running.count - self.standbyCount }
     private func slotsHeld(on host: String) -> Int { (self.runningPerHost[host] ?? 0) - (self.standbyPerHost[host] ?? 0) }
 
+    /// Takes up to `limit` of `owner`'s ready transfers on `host` out of the ready queue, best
+    /// first, for its owner to offer as alternatives to the one it is starting: a fleet's daemon
+    /// that finds that one taken by another daemon claims the first of these still free in the
+    /// same request (``replace(running:with:)``) instead of asking again for each. While taken
+    /// out, no decision starts them; the owner adds back those it did not start (``add(_:now:)``).
+    /// No decision follows (nothing changed that frees or fills a slot).
+    public mutating func takeReady(host: String, owner: TransferOwnerKind, limit: Int) -> [Entry] {
+        let key = QueueKey(host: host, owner: owner)
+        guard limit > 0, var entries = self.ready[key] else { return [] }
+        let taken = Array(entries.suffix(limit).reversed())
+        entries.removeLast(taken.count)
+        self.ready[key] = entries.isEmpty ? nil : entries
+        for entry in taken { self.location[entry.id] = nil }
+        return taken
+    }
+
+    /// The slot of running transfer `old` goes to `entry` of the same host and owner, which its
+    /// owner started in its place (``takeReady(host:owner:limit:)``): `old` is no longer
+    /// running (nor waiting), `entry` runs, with `old`'s standby state; no slot is freed or
+    /// filled, so no decision follows. `false` (nothing changed) when `old` is not running, when
+    /// `entry` runs already, or is of another host or owner.
+    @discardableResult
+    public mutating func replace(running old: TransferID, with entry: Entry) -> Bool {
+        guard let running = self.running[old], self.running[entry.id] == nil,
+            entry.host == running.entry.host, entry.id.owner == old.owner
+        else { return false }
+        self.removeWaiting(entry.id)
+        self.running[old] = nil
+        self.running[entry.id] = Running(entry: entry, isYielding: running.isYielding, isStandby: running.isStandby)
+        if running.entry.isDiscretionary != entry.isDiscretionary { self.runningDiscretionary += entry.isDiscretionary ? 1 : -1 }
+        return true
+    }
+
     /// New limits: raising one starts what now fits, lowering one yields what no longer does.
     public mutating func setLimits(_ limits: Limits, now: Double) -> [Action] {
         self.limits = limits

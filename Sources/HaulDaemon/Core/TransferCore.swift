@@ -249,6 +249,38 @@ public final class TransferCore: Sendable {
         self.decide { $0.raiseHostCap(host, by: count, now: $1) }
     }
 
+    /// Up to `limit` of `owner`'s transfers ready on `host`, best first, taken out of the
+    /// scheduler's queue while `owner` offers them as alternatives to the transfer it is
+    /// starting (``TransferScheduler/takeReady(host:owner:limit:)``); it hands them back with
+    /// ``startedInstead(of:_:returning:)``. Must not be called from the decision queue.
+    func takeReady(host: String, owner: TransferOwnerKind, limit: Int) -> [TransferScheduler.Entry] {
+        dispatchPrecondition(condition: .notOnQueue(self.decisions))
+        return self.decisions.sync { self.state.withLock { $0.scheduler.takeReady(host: host, owner: owner, limit: limit) } }
+    }
+
+    /// The owner started `started` (one of the entries ``takeReady(host:owner:limit:)`` gave it)
+    /// in the slot of `old`, which it could not start (`nil`: it started `old` itself, or
+    /// nothing); `rest`, the entries it did not start, are ready again before this returns
+    /// (the owner's next start counts them among the host's waiting downloads). One decision,
+    /// made on the caller's thread in order with every other; its actions go out as
+    /// ``decide(_:)``'s do. Must not be called from the decision queue.
+    func startedInstead(of old: TransferID, _ started: TransferScheduler.Entry?, returning rest: [TransferScheduler.Entry]) {
+        guard started != nil || !rest.isEmpty else { return }
+        dispatchPrecondition(condition: .notOnQueue(self.decisions))
+        let replaced = self.decisions.sync {
+            var replaced = true
+            _ = self.run(
+                { scheduler, now in
+                    if let started { replaced = scheduler.replace(running: old, with: started) }
+                    return rest.isEmpty ? [] : scheduler.add(rest, now: now)
+                },
+                keepingStartsOf: nil
+            )
+            return replaced
+        }
+        if !replaced, let started { self.logger.error("scheduler: \(started.id) started in the slot of \(old), which it no longer had") }
+    }
+
     /// Transfers ready to start on `host`, every owner's.
     func readyCount(host: String) -> Int {
         self.state.withLock { $0.scheduler.readyCount(host: host) }

@@ -261,8 +261,8 @@ extension DownloadQueue {
             switch self.startRun(entry) {
             case .started:
                 break
-            case .notStarted:
-                self.freeSlot(id)
+            case .notStarted(let slot):
+                self.freeSlot(slot)
             case .retry(let entry):
                 self.freeSlot(id)
                 self.makeReady(entry)

@@ -101,35 +101,59 @@ extension DownloadQueue {
 
     enum StartResult {
         case started
-        case notStarted
+        /// Nothing runs in the slot of download `slot` (the one asked for, or the one claimed in
+        /// its place).
+        case notStarted(slot: Int64)
         /// Not now (the fleet uses every connection to its host): ready again as this entry.
         case retry(TransferScheduler.Entry)
     }
 
+    /// How many of the next downloads of its host a fleet's claim offers as alternatives
+    /// (``QueueClaim/alternatives``).
+    static let claimAlternatives = 8
+
     /// Claims a waiting download and starts its run (on `work`). The claim reads the row (it
     /// must be waiting); what it needs beforehand comes from the scheduler's entry (the host)
     /// and the index (the connections asked for), not from a read of its own.
+    ///
+    /// A fleet's claim offers the next downloads of the host this daemon would start
+    /// (``TransferCore/takeReady(host:owner:limit:)``): when another daemon holds `entry`'s, the
+    /// first of those still free is claimed and started in its slot instead, and the rest are
+    /// ready again.
     func startRun(_ entry: TransferScheduler.Entry) -> StartResult {
-        let id = entry.id.number
+        var entry = entry
+        let askedID = entry.id.number
         let me = self.configuration.daemonName
-        guard let indexed = self.state.withLock({ $0.index.entry(id: id)?.info }) else { return .notStarted }
+        guard let indexed = self.state.withLock({ $0.index.entry(id: askedID)?.info }) else { return .notStarted(slot: askedID) }
         let settings = self.settings
         var wanted = indexed.maximumConnections ?? settings.connectionsPerDownload ?? QueueSettings.defaultConnectionsPerDownload
         if self.store.isShared {
             // A fleet's claim holds its connections to the host against the whole fleet's
             // budget until the download ends: one that asked for them all kept every other
             // download of the host waiting (1,000 small files: one a second). Each asks for its
-            // share among the downloads of the host waiting here; alone, for them all.
+            // share among the downloads of the host waiting here; alone, for them all. (Counted
+            // before the alternatives are taken out of the queue: they wait too.)
             let waiting = self.core.readyCount(host: entry.host)
             wanted = min(wanted, max(1, settings.maximumConnectionsPerHost / (waiting + 1)))
         }
+        let asked = entry
+        let alternatives = self.store.isShared ? self.core.takeReady(host: entry.host, owner: .queue, limit: Self.claimAlternatives) : []
+        var started: TransferScheduler.Entry?
+        defer {
+            self.core.startedInstead(of: asked.id, started, returning: alternatives.filter { $0.id != started?.id })
+        }
         let claim = QueueClaim(
-            downloadID: id,
+            downloadID: askedID,
             daemon: me,
             leaseSeconds: self.configuration.leaseSeconds,
             host: entry.host,
             connections: wanted,
-            maximumPerHost: self.store.isShared ? settings.maximumConnectionsPerHost : 0
+            maximumPerHost: self.store.isShared ? settings.maximumConnectionsPerHost : 0,
+            // Those that would ask for the same connections (the claim grants them for the one
+            // it takes).
+            alternatives: self.state.withLock { state in
+                alternatives.filter { state.index.entry(id: $0.id.number)?.info.maximumConnections == indexed.maximumConnections }
+            }.map(\.id.number)
         )
         // What the claim found on disk: the bytes it continues from, or why it starts anew; and
         // where its last run promised the finished file (placed, perhaps, before that daemon
@@ -140,7 +164,7 @@ extension DownloadQueue {
         do {
             outcome = try self.claimDownload(claim) { download in
                 let name = download.fileName ?? FileNaming.suggestedFilename(contentDisposition: nil, url: download.url)
-                let partial = download.partialPath ?? FileNaming.path(of: "\(name).\(id).haul-part", in: download.directory)
+                let partial = download.partialPath ?? FileNaming.path(of: "\(name).\(download.id ?? askedID).haul-part", in: download.directory)
                 var resumable = download.resumePoint
                 // Positioned writes leave the file at least as long as the last byte of the map;
                 // a file that is shorter (or missing: another machine's disk) cannot continue.
@@ -163,8 +187,8 @@ extension DownloadQueue {
                 }
             }
         } catch {
-            self.logger.error("cannot claim download \(id): \(error)")
-            return .notStarted
+            self.logger.error("cannot claim download \(askedID): \(error)")
+            return .notStarted(slot: askedID)
         }
         let download: StoredDownload
         let lease: QueueLease
@@ -174,17 +198,23 @@ extension DownloadQueue {
             download = row
             lease = granted
             connections = count
+            if let alternative = alternatives.first(where: { $0.id.number == row.id }) {
+                // Another daemon had taken the one asked for; this one starts in its slot.
+                entry = alternative
+                started = alternative
+                self.logger.debug("download \(askedID) is another daemon's; download \(alternative.id.number) starts in its place")
+            }
         case .notWaiting(let found):
             // Paused, removed or finished meanwhile (or gone: the index forgets it).
-            let row = found ?? (try? self.store.download(id: id))
+            let row = found ?? (try? self.store.download(id: askedID))
             self.state.withLock { state in
-                if let row { state.saved(row) } else { state.index.remove(id: id) }
+                if let row { state.saved(row) } else { state.index.remove(id: askedID) }
             }
-            return .notStarted
+            return .notStarted(slot: askedID)
         case .heldElsewhere(let holder, let found):
-            self.logger.debug("download \(id) is held by \(holder ?? "another daemon")")
-            if let row = found ?? (try? self.store.download(id: id)) { self.state.withLock { $0.saved(row) } }
-            return .notStarted
+            self.logger.debug("download \(askedID) is held by \(holder ?? "another daemon")")
+            if let row = found ?? (try? self.store.download(id: askedID)) { self.state.withLock { $0.saved(row) } }
+            return .notStarted(slot: askedID)
         case .hostBusy:
             // The fleet uses the host's whole budget: no more of its downloads ask here until
             // one of this daemon's gives a connection back, another daemon's does, or a second
@@ -192,10 +222,11 @@ extension DownloadQueue {
             self.core.capHost(entry.host, excluding: entry.id)
             return .retry(entry)
         }
+        let id = download.id!
         let (previous, dropped, promise) = takeover.withLock { $0 }
         if let promise, let settled = self.settleClaimedPromise(download, placedBy: previous, lease: lease, promise: promise) {
             self.publish(.changed(settled.info))
-            return .notStarted
+            return .notStarted(slot: id)
         }
         if let previous, previous != me {
             if let point = download.resumePoint {
