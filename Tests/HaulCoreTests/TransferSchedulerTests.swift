@@ -241,6 +241,12 @@ struct TransferSchedulerTests {
         _ = bulk.add(entries, now: 0)
         _ = bulk.add(Array(entries.prefix(100)), now: 0)  // again, unchanged: nothing moves
         _ = bulk.withdraw(withdrawn, now: 0)
+        // A few more (each put in place, not sorted in), ranked among the rest.
+        let few: [TransferScheduler.Entry] = (401...412).map { n in
+            self.download(Int64(n), host: hosts[Int(n) % 3], priority: Int(n) % 3, notBefore: n == 405 ? 50 : nil)
+        }
+        for entry in few { _ = one.add(entry, now: 0) }
+        _ = bulk.add(few, now: 0)
         #expect(Set(one.runningIDs) == Set(bulk.runningIDs))
         #expect(one.waitingCount == bulk.waitingCount)
         // The rest starts in the same order, the retries after their time.

@@ -224,6 +224,10 @@ public struct TransferScheduler: Sendable {
         return self.decide(now: now)
     }
 
+    /// Up to this many entries added together to one queue are each inserted in place; more
+    /// are appended and the queue sorted.
+    static let fewToInsert = 16
+
     /// Many entries at once (a daemon's start, a batch resumed, a list read again): the same
     /// as adding each, but every queue is sorted once instead of shifted once per entry, and
     /// one decision is made — adding 100,000 costs a sort, not 100,000 insertions in the middle
@@ -248,7 +252,7 @@ public struct TransferScheduler: Sendable {
             fresh.append(entry)
         }
         self.removeWaiting(replaced)
-        var touched = Set<QueueKey>()
+        var added: [QueueKey: [Entry]] = [:]
         var delayedAdded = false
         for entry in fresh {
             if let notBefore = entry.notBefore, notBefore > now {
@@ -256,14 +260,19 @@ public struct TransferScheduler: Sendable {
                 self.location[entry.id] = .delayed(entry)
                 delayedAdded = true
             } else {
-                let key = QueueKey(host: entry.host, owner: entry.id.owner)
-                self.ready[key, default: []].append(entry)
-                self.location[entry.id] = .ready(entry)
-                touched.insert(key)
+                added[QueueKey(host: entry.host, owner: entry.id.owner), default: []].append(entry)
             }
         }
-        for key in touched {
-            var queue = self.ready.removeValue(forKey: key)!
+        for (key, entries) in added {
+            // A few into a long queue (a fleet's alternatives handed back, a few rows read
+            // again) are each put in place; many are appended and the queue sorted once.
+            guard entries.count > Self.fewToInsert else {
+                for entry in entries { self.insertReady(entry) }
+                continue
+            }
+            var queue = self.ready.removeValue(forKey: key) ?? []
+            queue.append(contentsOf: entries)
+            for entry in entries { self.location[entry.id] = .ready(entry) }
             queue.sort { Self.isWorse($0, than: $1) }
             self.ready[key] = queue
         }
@@ -339,10 +348,11 @@ public struct TransferScheduler: Sendable {
     /// No decision follows (nothing changed that frees or fills a slot).
     public mutating func takeReady(host: String, owner: TransferOwnerKind, limit: Int) -> [Entry] {
         let key = QueueKey(host: host, owner: owner)
-        guard limit > 0, var entries = self.ready[key] else { return [] }
+        // Out of the dictionary while changed: the only reference, so no copy of the queue.
+        guard limit > 0, var entries = self.ready.removeValue(forKey: key) else { return [] }
         let taken = Array(entries.suffix(limit).reversed())
         entries.removeLast(taken.count)
-        self.ready[key] = entries.isEmpty ? nil : entries
+        if !entries.isEmpty { self.ready[key] = entries }
         for entry in taken { self.location[entry.id] = nil }
         return taken
     }
