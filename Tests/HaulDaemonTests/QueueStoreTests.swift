@@ -22,6 +22,21 @@ struct QueueStoreTests {
         try await blocking { Result { try LoopbackPostgres.start() } }.get()
     }
 
+    /// A cluster (the caller stops it) with database "fleet" and the stores of two daemons on
+    /// it, "a" and "b".
+    static func twoDaemons() async throws -> (LoopbackPostgres, a: PostgresQueueStore, b: PostgresQueueStore) {
+        let cluster = try await Self.startCluster()
+        do {
+            try cluster.createDatabase("fleet")
+            let url = cluster.url(database: "fleet")
+            let a = try PostgresQueueStore(url: url, member: "a", logger: Logger(label: "test"))
+            return (cluster, a, try PostgresQueueStore(url: url, member: "b", logger: Logger(label: "test")))
+        } catch {
+            cluster.stop()
+            throw error
+        }
+    }
+
     /// A fresh store of `engine`, and how to end it.
     static func open(_ engine: Engine) async throws -> (any QueueStore, () -> Void) {
         switch engine {
@@ -136,12 +151,8 @@ struct QueueStoreTests {
 
     @Test("A shared store: claims skip what another daemon holds, fencing refuses stale leases, expired leases are reclaimed, the host budget is the fleet's, changes are announced")
     func leases() async throws {
-        let cluster = try await Self.startCluster()
+        let (cluster, a, b) = try await Self.twoDaemons()
         defer { cluster.stop() }
-        try cluster.createDatabase("fleet")
-        let url = cluster.url(database: "fleet")
-        let a = try PostgresQueueStore(url: url, member: "a", logger: Logger(label: "test"))
-        let b = try PostgresQueueStore(url: url, member: "b", logger: Logger(label: "test"))
         #expect(a.isShared && b.isShared)
 
         let heard = Mutex<[QueueStoreChange]>([])
@@ -212,12 +223,8 @@ struct QueueStoreTests {
 
     @Test("A shared store: a claim of a download another daemon holds takes the first of its alternatives that waits and nobody holds, in the same transaction; with none free it is refused as before")
     func claimAlternatives() async throws {
-        let cluster = try await Self.startCluster()
+        let (cluster, a, b) = try await Self.twoDaemons()
         defer { cluster.stop() }
-        try cluster.createDatabase("fleet")
-        let url = cluster.url(database: "fleet")
-        let a = try PostgresQueueStore(url: url, member: "a", logger: Logger(label: "test"))
-        let b = try PostgresQueueStore(url: url, member: "b", logger: Logger(label: "test"))
         let ids = try a.insert((1...6).map { Self.download("f\($0)") }).map { $0.id! }
         func claim(_ store: PostgresQueueStore, _ id: Int64, alternatives: [Int64] = [], connections: Int = 1, perHost: Int = 0) throws -> QueueClaimOutcome {
             try store.claim(QueueClaim(downloadID: id, daemon: store.member, leaseSeconds: 30, host: "h", connections: connections, maximumPerHost: perHost, alternatives: alternatives)) {
