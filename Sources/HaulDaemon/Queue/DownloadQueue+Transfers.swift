@@ -140,7 +140,12 @@ extension DownloadQueue {
         let alternatives = self.store.isShared ? self.core.takeReady(host: entry.host, owner: .queue, limit: Self.claimAlternatives) : []
         var started: TransferScheduler.Entry?
         defer {
-            self.core.startedInstead(of: asked.id, started, returning: alternatives.filter { $0.id != started?.id })
+            // Those not started go back, unless they wait no more (what other daemons changed,
+            // read meanwhile, says so: ``catchUpAfterRefusal()``).
+            let back = self.state.withLock { state in
+                alternatives.filter { $0.id != started?.id && state.index.entry(id: $0.id.number)?.info.state == .waiting }
+            }
+            self.core.startedInstead(of: asked.id, started, returning: back)
         }
         let claim = QueueClaim(
             downloadID: askedID,
@@ -210,10 +215,12 @@ extension DownloadQueue {
             self.state.withLock { state in
                 if let row { state.saved(row) } else { state.index.remove(id: askedID) }
             }
+            self.catchUpAfterRefusal()
             return .notStarted(slot: askedID)
         case .heldElsewhere(let holder, let found):
             self.logger.debug("download \(askedID) is held by \(holder ?? "another daemon")")
             if let row = found ?? (try? self.store.download(id: askedID)) { self.state.withLock { $0.saved(row) } }
+            self.catchUpAfterRefusal()
             return .notStarted(slot: askedID)
         case .hostBusy:
             // The fleet uses the host's whole budget: no more of its downloads ask here until
@@ -285,6 +292,17 @@ extension DownloadQueue {
         self.publish(.changed(Self.overlay(info, live: transfer, standby: admission != nil)))
         self.launchWhenSaved(id, run)
         return .started
+    }
+
+    /// A fleet's claim was refused (the download and its alternatives were taken or finished by
+    /// other daemons): what they changed is applied now (``applyStoreChanges()``), before the
+    /// slot this frees is given to the next download, so that the next claim is not made from
+    /// the same stale view. Otherwise the changes waited for their turn on `work` behind the
+    /// drain, which went on claiming: with 100,000 queued, a daemon that fell behind the others
+    /// asked for 1,400 finished downloads one after another for 6 s and started none.
+    private func catchUpAfterRefusal() {
+        guard self.store.isShared else { return }
+        self.applyStoreChanges()
     }
 
     /// The download's extra request headers (`Name: value` lines).

@@ -627,6 +627,36 @@ extension DownloadQueueTests {
     }
 }
 
+extension DownloadQueueTests {
+    @Test("A fleet daemon whose claim is refused (another daemon finished the download) applies what the others changed before its next claim: it does not ask for every download they finished, one by one")
+    func refusedClaimCatchesUp() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let (harness, store) = try QueueHarness.wrapping { AnnouncingStore($0) }
+        _ = try await harness.queue.set("max-concurrent", to: "1")
+        let directory = harness.downloads.path
+        // The first runs for a while (4 KiB/s); the others are small.
+        let urls = [server.url("/file/first.bin?size=8192&seed=1&rate=4096")] + (2...30).map { server.url("/file/f\($0).bin?size=2048&seed=\($0)") }
+        let added = try await harness.queue.add(urls.map { NewDownload(urls: [$0], directory: directory) })
+        let ids = added.map(\.id)
+        _ = try await harness.wait(for: ids[0], .active)
+        // As the next claim begins, another daemon has finished 2 to 25 and announced them: the
+        // announcements wait in the backlog while the queue's thread is busy claiming.
+        store.beforeClaim.withLock {
+            $0 = (ids[1], {
+                for id in ids[1...24] {
+                    _ = try? store.inner.updateDownload(id: id) { $0.state = .complete }
+                    store.announce(.download(id))
+                }
+            })
+        }
+        for id in ids[25...] { _ = try await harness.wait(for: id, .complete) }
+        let claimed = store.claims.withLock { $0 }
+        #expect(claimed == [ids[0], ids[1]] + Array(ids[25...]), "one refused claim, then the first download still waiting: \(claimed)")
+        await harness.close()
+        try await server.shutdown()
+    }
+}
+
 @Suite("Download queue on a full disk", .serialized)
 struct FullDiskTests {
     @Test("A full disk stops the download with a clear error, keeps its bytes, and it completes once there is room", .enabled(if: SmallDisk.canMount))

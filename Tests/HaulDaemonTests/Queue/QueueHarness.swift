@@ -442,4 +442,20 @@ final class AnnouncingStore: ForwardingQueueStore {
     }
 
     func releaseRead() { self.held.signal() }
+
+    /// The download of each claim, in order.
+    let claims = Mutex<[Int64]>([])
+    /// Runs (once) as the first claim of the download it names begins, on the queue's thread.
+    let beforeClaim = Mutex<(id: Int64, body: @Sendable () -> Void)?>(nil)
+
+    func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
+        self.claims.withLock { $0.append(claim.downloadID) }
+        let hook = self.beforeClaim.withLock { hook -> (@Sendable () -> Void)? in
+            guard let pending = hook, pending.id == claim.downloadID else { return nil }
+            hook = nil
+            return pending.body
+        }
+        hook?()
+        return try self.inner.claim(claim, change)
+    }
 }
