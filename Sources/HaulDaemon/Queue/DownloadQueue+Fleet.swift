@@ -98,14 +98,18 @@ extension DownloadQueue {
             let fleet = try self.store.heartbeat(
                 daemon: self.configuration.daemonName, pid: getpid(), startedAt: Self.startedAt, liveSeconds: seconds
             )
-            let (before, wasReachable) = self.state.withLock { state in
-                defer { state.fleet = fleet }
-                return (state.fleet.count, state.storeReachable)
+            let (before, wasReachable, missed) = self.state.withLock { state in
+                defer {
+                    state.fleet = fleet
+                    state.changesMissed = false
+                }
+                return (state.fleet.count, state.storeReachable, state.changesMissed)
             }
             if fleet.count != before { self.core.setLimits(self.limits(for: self.settings)) }
-            if !wasReachable {
-                self.logger.notice("fleet: the store answers again")
-                // What changed meanwhile is read again (the change listener may have missed it).
+            if !wasReachable { self.logger.notice("fleet: the store answers again") }
+            if !wasReachable || missed {
+                // What changed meanwhile is read again (the change listener may have missed it,
+                // or a read of what it heard failed).
                 self.note(.resync)
             }
         } catch {
@@ -177,8 +181,10 @@ extension DownloadQueue {
 
     /// Applies the changes noted since the last turn (on `work`): the settings, then every
     /// changed download read again together (``QueueStore/downloads(ids:)``), or the whole list
-    /// after a gap; one scheduler decision for them all. Downloads whose read failed are noted
-    /// again for a turn a second later.
+    /// after a gap; one scheduler decision for them all. A read that fails is not tried again
+    /// here (the store may be gone, and each try would hold the queue's thread for a query's
+    /// time limit): the lease keeper's next heartbeat that reaches the store has the whole list
+    /// read again.
     func applyStoreChanges() {
         dispatchPrecondition(condition: .onQueue(self.work))
         let turn = self.storeChanges.withLock { $0.take() }
@@ -190,8 +196,8 @@ extension DownloadQueue {
                     self.publish(.settings(settings))
                 }
             } catch {
-                self.logger.notice("fleet: cannot read the settings another daemon changed: \(error)")
-                self.noteLater([.settings])
+                self.logger.notice("fleet: cannot read the settings another daemon changed (read again once the store answers): \(error)")
+                self.noteChangesMissed()
             }
         }
         var batch = SchedulerBatch()
@@ -207,8 +213,8 @@ extension DownloadQueue {
                 let gone = self.state.withLock { state in state.index.entries.map(\.id).filter { !seen.contains($0) } }
                 for id in gone { self.refresh(id, row: nil, into: &batch) }
             } catch {
-                self.logger.notice("fleet: cannot read the list again: \(error)")
-                self.noteLater([.resync])
+                self.logger.notice("fleet: cannot read the list again (read again once the store answers): \(error)")
+                self.noteChangesMissed()
             }
             return
         }
@@ -221,17 +227,17 @@ extension DownloadQueue {
                 let found = Dictionary(rows.map { ($0.id!, $0) }, uniquingKeysWith: { first, _ in first })
                 for id in ids { self.refresh(id, row: found[id], into: &batch) }
             } catch {
-                self.logger.notice("fleet: cannot read \(ids.count) download(s) another daemon changed: \(error)")
-                self.noteLater(ids.map(QueueStoreChange.download))
+                self.logger.notice("fleet: cannot read \(ids.count) download(s) another daemon changed (the list is read again once the store answers): \(error)")
+                self.noteChangesMissed()
             }
         }
     }
 
-    /// `changes` are noted again a second from now (a read of them failed).
-    private func noteLater(_ changes: [QueueStoreChange]) {
-        self.work.asyncAfter(deadline: .now() + 1) { [weak self] in
-            for change in changes { self?.note(change) }
-        }
+    /// A read of other daemons' changes failed: the lease keeper's next heartbeat that reaches
+    /// the store has everything read again (``keepLeases()``), as after any time the store was
+    /// away.
+    private func noteChangesMissed() {
+        self.state.withLock { $0.changesMissed = true }
     }
 
     /// Brings the index, the scheduler and a run here in line with `row` as another daemon

@@ -140,12 +140,14 @@ extension DownloadQueue {
         let alternatives = self.store.isShared ? self.core.takeReady(host: entry.host, owner: .queue, limit: Self.claimAlternatives) : []
         var started: TransferScheduler.Entry?
         defer {
-            // Those not started go back, unless they wait no more (what other daemons changed,
-            // read meanwhile, says so: ``catchUpAfterRefusal()``).
-            let back = self.state.withLock { state in
-                alternatives.filter { $0.id != started?.id && state.index.entry(id: $0.id.number)?.info.state == .waiting }
+            if !alternatives.isEmpty {
+                // Those not started go back, unless they wait no more (what other daemons
+                // changed, read meanwhile, says so: ``catchUpAfterRefusal()``).
+                let back = self.state.withLock { state in
+                    alternatives.filter { $0.id != started?.id && state.index.entry(id: $0.id.number)?.info.state == .waiting }
+                }
+                self.core.startedInstead(of: asked.id, started, returning: back)
             }
-            self.core.startedInstead(of: asked.id, started, returning: back)
         }
         let claim = QueueClaim(
             downloadID: askedID,
@@ -156,7 +158,7 @@ extension DownloadQueue {
             maximumPerHost: self.store.isShared ? settings.maximumConnectionsPerHost : 0,
             // Those that would ask for the same connections (the claim grants them for the one
             // it takes).
-            alternatives: self.state.withLock { state in
+            alternatives: alternatives.isEmpty ? [] : self.state.withLock { state in
                 alternatives.filter { state.index.entry(id: $0.id.number)?.info.maximumConnections == indexed.maximumConnections }
             }.map(\.id.number)
         )

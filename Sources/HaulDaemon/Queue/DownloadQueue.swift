@@ -99,6 +99,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
         var fleet: [DaemonPresence] = []
         /// Whether the last renewal or heartbeat reached the store.
         var storeReachable = true
+        /// A read of other daemons' changes failed: the list is read again at the next heartbeat
+        /// that reaches the store.
+        var changesMissed = false
         /// When the lease keeper's round in progress began, and whether its length was logged.
         var keeperRound: (began: ContinuousClock.Instant, reported: Bool)?
         /// While a drain runs its batch: what it owes once the batch is saved.

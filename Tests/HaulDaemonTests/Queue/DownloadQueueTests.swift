@@ -628,6 +628,24 @@ extension DownloadQueueTests {
 }
 
 extension DownloadQueueTests {
+    @Test("A fleet daemon that cannot read what another daemon changed reads the whole list again at its next heartbeat: the change is not lost")
+    func failedChangeReadResyncs() async throws {
+        let (harness, store) = try QueueHarness.wrapping({ AnnouncingStore($0) }, configure: { $0.leaseSeconds = 0.4 })
+        let added = try await harness.queue.add((0..<3).map { index in
+            NewDownload(urls: [URL(string: "http://127.0.0.1:9/r\(index).bin")!], directory: harness.downloads.path, paused: true)
+        })
+        _ = try store.inner.updateDownload(id: added[1].id) { $0.priority = 7 }
+        store.failingReads.withLock { $0 = 1 }
+        store.announce(.download(added[1].id))
+        let seen = await FleetTests.poll(timeout: .seconds(10)) { () -> Bool? in
+            try await harness.queue.list().first { $0.id == added[1].id }?.priority == 7 ? true : nil
+        }
+        #expect(seen == true, "the change shows after the list is read again")
+        #expect(store.failingReads.withLock { $0 } == 0, "the read did fail")
+        harness.queue.leaveFleet()
+        await harness.close()
+    }
+
     @Test("A fleet daemon whose claim is refused (another daemon finished the download) applies what the others changed before its next claim: it does not ask for every download they finished, one by one")
     func refusedClaimCatchesUp() async throws {
         let server = try await FaultInjectingHTTPServer.start()

@@ -435,7 +435,16 @@ final class AnnouncingStore: ForwardingQueueStore {
         self.handler.withLock { $0 }?(change)
     }
 
+    /// How many reads of changed rows fail next.
+    let failingReads = Mutex(0)
+
     func downloads(ids: [Int64]) throws -> [StoredDownload] {
+        if self.failingReads.withLock({ failing in
+            defer { failing = max(0, failing - 1) }
+            return failing > 0
+        }) {
+            throw QueueTestError("the read of changed rows fails (as the test asked)")
+        }
         self.reads.withLock { $0.append(ids) }
         if let id = self.holding.withLock({ $0 }), ids.contains(id) { self.held.wait() }
         return try self.inner.downloads(ids: ids)
