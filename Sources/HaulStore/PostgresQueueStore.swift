@@ -465,7 +465,7 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     }
 
     public func downloads(ids: [Int64]) throws -> [StoredDownload] {
-        guard ids.count > 1 else { return try ids.first.flatMap { try self.download(id: $0) }.map { [$0] } ?? [] }
+        guard !ids.isEmpty else { return [] }
         return try self.withConnection(self.general) { connection in
             try self.run(connection, "SELECT \(unescaped: Self.columns) FROM haul_queued_download WHERE id = ANY(\(ids)::BIGINT[])")
                 .rows.map { try Self.decode($0).download }

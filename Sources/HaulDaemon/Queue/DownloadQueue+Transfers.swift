@@ -138,11 +138,12 @@ extension DownloadQueue {
         }
         let asked = entry
         let alternatives = self.store.isShared ? self.core.takeReady(host: entry.host, owner: .queue, limit: Self.claimAlternatives) : []
-        var started: TransferScheduler.Entry?
         defer {
             if !alternatives.isEmpty {
-                // Those not started go back, unless they wait no more (what other daemons
-                // changed, read meanwhile, says so: ``catchUpAfterRefusal()``).
+                // `entry` is the alternative claimed instead, if one was. Those not started go
+                // back, unless they wait no more (what other daemons changed, read meanwhile,
+                // says so: ``catchUpAfterRefusal()``).
+                let started = entry.id != asked.id ? entry : nil
                 let back = self.state.withLock { state in
                     alternatives.filter { $0.id != started?.id && state.index.entry(id: $0.id.number)?.info.state == .waiting }
                 }
@@ -208,7 +209,6 @@ extension DownloadQueue {
             if let alternative = alternatives.first(where: { $0.id.number == row.id }) {
                 // Another daemon had taken the one asked for; this one starts in its slot.
                 entry = alternative
-                started = alternative
                 self.logger.debug("download \(askedID) is another daemon's; download \(alternative.id.number) starts in its place")
             }
         case .notWaiting(let found):
