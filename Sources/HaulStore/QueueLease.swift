@@ -50,7 +50,7 @@ public struct QueueClaim: Sendable {
     public var maximumPerHost: Int
     /// Other downloads of `host` the daemon would start next, in its order: when
     /// `downloadID` is held by another daemon (or waits no more), the first of these that waits
-    /// and no daemon holds is claimed instead, in the same transaction. A fleet's daemons walk
+    /// and no daemon holds is claimed instead, by the same call. A fleet's daemons walk
     /// one list in one order, and each claim of the one another daemon had just taken was a
     /// round trip for nothing (two daemons: ~0.9 a file). A store of one daemon ignores them.
     public var alternatives: [Int64]

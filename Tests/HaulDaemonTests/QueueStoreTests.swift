@@ -221,7 +221,7 @@ struct QueueStoreTests {
         #expect(await Self.wait { heard.withLock { $0.contains(.download(ids[1])) } })
     }
 
-    @Test("A shared store: a claim of a download another daemon holds takes the first of its alternatives that waits and nobody holds, in the same transaction; with none free it is refused as before")
+    @Test("A shared store: a claim of a download another daemon holds takes the first of its alternatives that waits and nobody holds, by the same call; with none free it is refused as before")
     func claimAlternatives() async throws {
         let (cluster, a, b) = try await Self.twoDaemons()
         defer { cluster.stop() }
@@ -251,6 +251,101 @@ struct QueueStoreTests {
         guard case .hostBusy = try claim(b, ids[0], alternatives: [ids[5]], perHost: 4) else { Issue.record("over the host budget"); return }
         guard case .claimed(let last, _, 1) = try claim(b, ids[0], alternatives: [ids[5]], connections: 2, perHost: 5) else { Issue.record("budget miscounted"); return }
         #expect(last.id == ids[5])
+    }
+
+    @Test("A shared store: a claim, and a write under a lease, never write over a change made between their read and their write; a lease reclaimed meanwhile is not written under")
+    func noWriteOverAChangeMadeMeanwhile() async throws {
+        let (cluster, a, b) = try await Self.twoDaemons()
+        defer { cluster.stop() }
+        let id = try a.insert([Self.download("f")])[0].id!
+        // b changes the row while a's claim holds what it read (its first read only).
+        let reads = Mutex(0)
+        let outcome = try a.claim(QueueClaim(downloadID: id, daemon: "a", leaseSeconds: 30, host: "h", connections: 1, maximumPerHost: 4)) { row in
+            if reads.withLock({ $0 += 1; return $0 }) == 1 { _ = try b.updateDownload(id: id) { $0.priority = 7 } }
+            row.state = .active
+        }
+        guard case .claimed(let claimed, let lease, 1) = outcome else { Issue.record("not claimed: \(outcome)"); return }
+        #expect(reads.withLock { $0 } == 2, "read again after the change")
+        #expect(claimed.priority == 7 && claimed.state == .active)
+        let stored = try b.download(id: id)
+        #expect(stored?.priority == 7 && stored?.state == .active && stored?.runner == "a")
+        // The same for a write under the lease.
+        let writes = Mutex(0)
+        let written = try a.updateDownload(id: id, lease: lease, release: false) { row in
+            if writes.withLock({ $0 += 1; return $0 }) == 1 { _ = try b.updateDownload(id: id) { $0.speedLimit = 1_000 } }
+            row.bytesDone = 42
+        }
+        #expect(writes.withLock { $0 } == 2)
+        #expect(written?.speedLimit == 1_000 && written?.bytesDone == 42)
+        let after = try b.download(id: id)
+        #expect(after?.speedLimit == 1_000 && after?.bytesDone == 42 && after?.priority == 7 && after?.runner == "a")
+        // A lease that runs out and is reclaimed between the read and the write: refused,
+        // nothing written.
+        let other = try a.insert([Self.download("g")])[0].id!
+        guard case .claimed(_, let short, _) = try a.claim(QueueClaim(downloadID: other, daemon: "a", leaseSeconds: 0.5, host: "h", connections: 1, maximumPerHost: 0), { $0.state = .active })
+        else { Issue.record("second claim failed"); return }
+        #expect(throws: QueueLeaseLost.self) {
+            try a.updateDownload(id: other, lease: short, release: true) { row in
+                Thread.sleep(forTimeInterval: 0.8)
+                let reclaimed = try b.reclaimExpiredLeases().map(\.download.id)
+                #expect(reclaimed == [other])
+                row.state = .complete
+            }
+        }
+        let reclaimed = try b.download(id: other)
+        #expect(reclaimed?.state == .waiting && reclaimed?.runner == nil, "not written after the lease was reclaimed")
+        // Reclaimed and claimed again by the same daemon, the row as it was read: the old lease
+        // (an older generation) is refused all the same.
+        guard case .claimed(_, let first, _) = try a.claim(QueueClaim(downloadID: other, daemon: "a", leaseSeconds: 0.5, host: "h", connections: 1, maximumPerHost: 0), { $0.state = .active })
+        else { Issue.record("third claim failed"); return }
+        #expect(throws: QueueLeaseLost.self) {
+            try a.updateDownload(id: other, lease: first, release: true) { row in
+                if row.state == .active, try b.download(id: other)?.runner == "a" {
+                    Thread.sleep(forTimeInterval: 0.8)
+                    _ = try b.reclaimExpiredLeases()
+                    // (Through b's connection: a's is busy with this write.)
+                    guard case .claimed = try b.claim(QueueClaim(downloadID: other, daemon: "a", leaseSeconds: 30, host: "h", connections: 1, maximumPerHost: 0), { $0.state = .active })
+                    else { Issue.record("claimed again"); return }
+                }
+                row.state = .complete
+            }
+        }
+        #expect(try b.download(id: other)?.state == .active, "not written under the old lease")
+    }
+
+    @Test("A shared store: claims racing for one host from four daemons at once grant no more connections than its budget")
+    func racingClaimsKeepTheHostBudget() async throws {
+        let (cluster, a, b) = try await Self.twoDaemons()
+        defer { cluster.stop() }
+        let url = cluster.url(database: "fleet")
+        let stores = [a, b] + (try ["c", "d"].map { try PostgresQueueStore(url: url, member: $0, logger: Logger(label: "test")) })
+        let budget = 5
+        for round in 0..<6 {
+            let ids = try a.insert((0..<(4 * 4)).map { Self.download("r\(round)-\($0)") }).map { $0.id! }
+            let granted = Mutex<[Int64: (connections: Int, lease: QueueLease, store: Int)]>([:])
+            let failures = Mutex<[String]>([])
+            DispatchQueue.concurrentPerform(iterations: stores.count) { index in
+                let store = stores[index]
+                for id in ids[(index * 4)..<(index * 4 + 4)] {
+                    do {
+                        let claim = QueueClaim(downloadID: id, daemon: store.member, leaseSeconds: 30, host: "h", connections: 2, maximumPerHost: budget)
+                        if case .claimed(_, let lease, let connections) = try store.claim(claim, { $0.state = .active }) {
+                            granted.withLock { $0[id] = (connections, lease, index) }
+                        }
+                    } catch {
+                        failures.withLock { $0.append("\(error)") }
+                    }
+                }
+            }
+            #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 })")
+            let claims = granted.withLock { $0 }
+            let total = claims.values.reduce(0) { $0 + $1.connections }
+            #expect(total == budget, "round \(round): \(claims.mapValues(\.connections)) connections granted against a budget of \(budget)")
+            // Everything goes back before the next round.
+            for (id, claim) in claims {
+                _ = try stores[claim.store].updateDownload(id: id, lease: claim.lease, release: true) { $0.state = .complete }
+            }
+        }
     }
 
     /// Polls `condition` for up to five seconds (sleeping without holding a thread).
