@@ -365,6 +365,14 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
             ]
         ),
         ("v3: claims in one statement", [claimFunction]),
+        (
+            // The budget's read walks the host's index, not a bitmap of it: rows claimed and
+            // released by the thousand leave dead entries there that a bitmap scan reads each
+            // time (until a vacuum) and an index scan marks once and skips after. 3 daemons,
+            // 6,000 small files: the claim's statement 0.36 → 0.13 ms.
+            "v4: the claim's budget read by an index scan",
+            ["ALTER FUNCTION haul_claim(BIGINT, BIGINT, TEXT, TEXT, TEXT, TEXT, DOUBLE PRECISION, TEXT, BIGINT, BIGINT, TEXT, TEXT) SET enable_bitmapscan = off"]
+        ),
     ]
 
     private func migrate(_ connection: PostgresConnection) throws {
@@ -605,43 +613,50 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     /// that writes it).
     static let raceAttempts = 4
 
-    /// Reads the download asked for (or the first free alternative), makes the claimed row from
-    /// it here, then claims it in one statement (``claimFunction``), outside any transaction
-    /// of its own: the host's turn (`pg_advisory_xact_lock`) is held for that statement alone,
-    /// checked against the row as read (its generation and data: a change made since is never
-    /// written over). A claim used to take the host's turn first and hold it over five round
-    /// trips (the read, the budget, the update, the announcement, the commit): one host's claims
-    /// went one at a time across the fleet, ~320 a second with three daemons.
+    /// Reads the download asked for and its alternatives (one query), makes the claimed row from
+    /// the one asked for or the first free alternative here, then claims it in one statement
+    /// (``claimFunction``), outside any transaction of its own: the host's turn
+    /// (`pg_advisory_xact_lock`) is held for that statement alone, checked against the row as
+    /// read (its generation and data: a change made since is never written over). A claim used
+    /// to take the host's turn first and hold it over five round trips (the read, the budget,
+    /// the update, the announcement, the commit): one host's claims went one at a time across
+    /// the fleet, ~320 a second with three daemons.
     public func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
         try self.withConnection(self.general) { connection in
             var refusal: QueueClaimOutcome = .heldElsewhere(nil, nil)
             for _ in 0..<Self.raceAttempts {
-                // The download asked for, or else the first alternative that waits and nobody holds.
-                let asked = try self.fetch(connection, id: claim.downloadID, lock: .none)
-                var chosen = asked
-                if let asked {
+                // The download asked for and its alternatives, in one read; only the rows used are
+                // decoded: the one asked for (a refusal carries it), and the one claimed.
+                let candidates = [claim.downloadID] + claim.alternatives
+                let rows = try self.run(
+                    connection,
+                    """
+                    SELECT \(unescaped: Self.columns), state FROM haul_queued_download
+                    WHERE id = ANY(\(candidates)::BIGINT[]) ORDER BY array_position(\(candidates)::BIGINT[], id)
+                    """
+                ).rows
+                var chosen: Fetched?
+                if let row = rows.first, try row.decode(Int64.self, context: .default) == claim.downloadID {
+                    let asked = try Self.decode(row)
                     if let holder = asked.download.runner {
                         refusal = .heldElsewhere(holder, asked.download)
-                        chosen = nil
                     } else if asked.download.state != .waiting {
                         refusal = .notWaiting(asked.download)
-                        chosen = nil
+                    } else {
+                        chosen = asked
                     }
                 } else {
                     refusal = .notWaiting(nil)
                 }
                 if chosen == nil {
-                    guard !claim.alternatives.isEmpty,
-                        let alternative = try self.run(
-                            connection,
-                            """
-                            SELECT \(unescaped: Self.columns) FROM haul_queued_download
-                            WHERE id = ANY(\(claim.alternatives)::BIGINT[]) AND state = 'waiting' AND (runner IS NULL OR lease_until <= now())
-                            ORDER BY array_position(\(claim.alternatives)::BIGINT[], id) LIMIT 1
-                            """
-                        ).rows.first
-                    else { return refusal }
-                    chosen = try Self.decode(alternative)
+                    // The first alternative that waits and nobody holds (its state and live holder
+                    // read from their columns).
+                    let free = try rows.first { row in
+                        let (id, _, live, _, _, state) = try row.decode((Int64, String, String?, Int64, String?, String).self)
+                        return id != claim.downloadID && live == nil && state == QueuedDownloadState.waiting.rawValue
+                    }
+                    guard let free else { return refusal }
+                    chosen = try Self.decode(free)
                 }
                 let fetched = chosen!
                 let id = fetched.download.id!
