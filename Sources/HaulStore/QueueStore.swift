@@ -40,7 +40,8 @@ public protocol QueueStore: Sendable {
 
     /// As ``updateDownload(id:_:)``, by the holder of `lease`: refused with ``QueueLeaseLost``
     /// (nothing written) when the lease is no longer current. With `release`, the lease is
-    /// given up in the same transaction.
+    /// given up by the same write. `change` may run more than once (a shared store reads again
+    /// when the row changed between its read and its write).
     @discardableResult
     func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload?
 
@@ -50,8 +51,9 @@ public protocol QueueStore: Sendable {
     func confirmLease(id: Int64, lease: QueueLease) throws
 
     /// Claims a waiting download that no live lease holds; `change` is applied to the row
-    /// in the same transaction (the queue marks it active). Never waits for another daemon's
-    /// claim in progress.
+    /// and saved with the claim, all or nothing (the queue marks it active). Never waits for
+    /// another daemon's claim in progress. `change` may run more than once, on each row read
+    /// (a shared store reads again when it loses a race for the row).
     func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome
 
     /// Extends `leases` by `seconds` from now (the store's clock); the ids whose lease is still

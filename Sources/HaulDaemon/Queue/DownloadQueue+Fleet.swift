@@ -172,8 +172,8 @@ extension DownloadQueue {
     /// How long the changes of other daemons gather before they are read: one read a turn, and
     /// a read is a round trip on the queue's thread. Without the wait, a turn came for almost
     /// every notification (two daemons, 2,000 small files: ~1.2 reads a file); what another
-    /// daemon claimed meanwhile costs nothing here (a claim of it takes an alternative in the
-    /// same transaction, ``QueueClaim/alternatives``).
+    /// daemon claimed meanwhile costs nothing here (a claim of it takes an alternative by the
+    /// same call, ``QueueClaim/alternatives``).
     static let storeChangesDelay = DispatchTimeInterval.milliseconds(20)
 
     /// How many rows one read of changed downloads asks for.
