@@ -74,7 +74,13 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     private let logger: Logger
     private let general = Slot(id: 1, name: "queue connection")
     private let leases = Slot(id: 2, name: "lease connection")
-    private static let encoder = JSONEncoder()
+    /// Sorted keys: the same row is the same text whoever wrote it (a write under a lease
+    /// compares the caller's copy of the row with the stored text).
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return encoder
+    }()
     private static let decoder = JSONDecoder()
     static let channel = "haul_queue"
 
@@ -509,16 +515,35 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
 
     /// Reads the row, checks the lease (its holder and generation: the fencing token), changes
     /// it here and writes it in one statement that takes effect only over the row as read,
-    /// under the same lease (a change made since, or a lease reclaimed since, reads again). Two round trips, where a transaction holding
-    /// the row's lock took six (`BEGIN`, the read, the update, the announcement, `COMMIT`): a
-    /// fleet's daemon writes a small file's row twice (where it goes, then its end).
+    /// under the same lease (a change made since, or a lease reclaimed since, reads again).
+    /// With `last` (the row as the caller last saw it stored), a change is first written over
+    /// that without a read: one round trip while nobody else changed the row. Two at most
+    /// otherwise, where a transaction holding the row's lock took six (`BEGIN`, the read, the
+    /// update, the announcement, `COMMIT`): a fleet's daemon writes a small file's row twice
+    /// (where it goes, then its end).
     @discardableResult
-    public func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+    public func updateDownload(id: Int64, lease: QueueLease, release: Bool, last: StoredDownload?, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
         try self.withConnection(self.general) { connection in
+            // The caller's copy stands for a read (when the change changes something: a check of
+            // the lease alone must read).
+            var known: Fetched?
+            if var row = last, row.id == id {
+                row.runner = lease.daemon
+                var changed = row
+                try change(&changed)
+                if release || changed != row { known = Fetched(download: row, data: try Self.encode(row), generation: lease.generation, holder: lease.daemon) }
+            }
             for _ in 0..<Self.raceAttempts {
-                guard let fetched = try self.fetch(connection, id: id, lock: .none) else { return nil }
-                guard fetched.holder == lease.daemon, fetched.generation == lease.generation else {
-                    throw QueueLeaseLost(downloadID: id, lease: lease, holder: fetched.download.runner)
+                let fetched: Fetched
+                if let copy = known {
+                    fetched = copy
+                    known = nil
+                } else {
+                    guard let read = try self.fetch(connection, id: id, lock: .none) else { return nil }
+                    guard read.holder == lease.daemon, read.generation == lease.generation else {
+                        throw QueueLeaseLost(downloadID: id, lease: lease, holder: read.download.runner)
+                    }
+                    fetched = read
                 }
                 var download = fetched.download
                 try change(&download)

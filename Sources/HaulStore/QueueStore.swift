@@ -40,10 +40,12 @@ public protocol QueueStore: Sendable {
 
     /// As ``updateDownload(id:_:)``, by the holder of `lease`: refused with ``QueueLeaseLost``
     /// (nothing written) when the lease is no longer current. With `release`, the lease is
-    /// given up by the same write. `change` may run more than once (a shared store reads again
-    /// when the row changed between its read and its write).
+    /// given up by the same write. `last`: the row as the caller last saw it stored, if it
+    /// knows it; a shared store writes the change over it without a read when the row is still
+    /// that (else it reads). `change` may run more than once (a shared store reads again when
+    /// the row changed between its read and its write).
     @discardableResult
-    func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload?
+    func updateDownload(id: Int64, lease: QueueLease, release: Bool, last: StoredDownload?, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload?
 
     /// Refused with ``QueueLeaseLost`` when `lease` is no longer current for download `id`;
     /// writes nothing. For steps that may happen only while the download is this daemon's
@@ -190,7 +192,7 @@ extension TransferStore: QueueStore {
     // daemon's for as long as it runs, and its generation is never checked.
 
     @discardableResult
-    public func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+    public func updateDownload(id: Int64, lease: QueueLease, release: Bool, last: StoredDownload?, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
         try self.updateDownload(id: id, change)
     }
 
@@ -234,5 +236,11 @@ extension QueueStore {
     /// One read a download, for a store whose reads cost no round trip (the embedded one).
     public func downloads(ids: [Int64]) throws -> [StoredDownload] {
         try ids.compactMap { try self.download(id: $0) }
+    }
+
+    /// ``updateDownload(id:lease:release:last:_:)`` by a caller that does not know the row.
+    @discardableResult
+    public func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        try self.updateDownload(id: id, lease: lease, release: release, last: nil, change)
     }
 }

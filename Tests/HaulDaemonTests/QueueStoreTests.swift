@@ -279,6 +279,16 @@ struct QueueStoreTests {
         #expect(written?.speedLimit == 1_000 && written?.bytesDone == 42)
         let after = try b.download(id: id)
         #expect(after?.speedLimit == 1_000 && after?.bytesDone == 42 && after?.priority == 7 && after?.runner == "a")
+        // Written over the caller's copy without a read while it is the row as stored; a copy
+        // that is not (b changed the row since) is not written over: read again, b's change kept.
+        guard let current = after else { Issue.record("no row"); return }
+        let direct = try a.updateDownload(id: id, lease: lease, release: false, last: current) { $0.bytesDone = 43 }
+        #expect(direct?.bytesDone == 43 && direct?.speedLimit == 1_000)
+        _ = try b.updateDownload(id: id) { $0.priority = 9 }
+        let stale = try a.updateDownload(id: id, lease: lease, release: false, last: direct) { $0.bytesDone = 44 }
+        #expect(stale?.bytesDone == 44 && stale?.priority == 9)
+        let kept = try b.download(id: id)
+        #expect(kept?.bytesDone == 44 && kept?.priority == 9 && kept?.speedLimit == 1_000 && kept?.runner == "a")
         // A lease that runs out and is reclaimed between the read and the write: refused,
         // nothing written.
         let other = try a.insert([Self.download("g")])[0].id!

@@ -67,12 +67,17 @@ extension DownloadQueue {
         id: Int64,
         lease: QueueLease,
         release: Bool = false,
+        last known: StoredDownload? = nil,
         _ change: @escaping @Sendable (inout StoredDownload) throws -> Void
     ) throws -> StoredDownload? {
         let held = self.heldClaim(id)
+        // The row as this queue last saved it (or read it, when another daemon changed it): the
+        // caller's, else its run's. A shared store writes over it without reading it first while
+        // it is still so.
+        let last = self.store.isShared ? known ?? self.state.withLock { $0.running[id]?.stored } : nil
         return try self.recorded([id]) {
             let updated = try held.map { try $0.store.updateDownload($0.claim.claimed, stored: $0.claim.stored, change) }
-                ?? self.store.updateDownload(id: id, lease: lease, release: release, change)
+                ?? self.store.updateDownload(id: id, lease: lease, release: release, last: last, change)
             if let updated { self.saved(updated, claimWritten: held != nil) }
             return updated
         }

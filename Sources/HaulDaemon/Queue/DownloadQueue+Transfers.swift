@@ -550,7 +550,7 @@ extension DownloadQueue {
     /// instead of fetching it again under a second name (20,000 small files, 12-15 kills a run:
     /// 3 runs of 7 left 2-4 second copies before; none in 10 runs since). A fleet's daemon, and
     /// a download checked against a checksum (verified later, off this queue), promise each
-    /// file alone as it is placed (``promiseBeforePlacing(_:lease:directory:name:total:)``).
+    /// file alone as it is placed (``promiseBeforePlacing(_:lease:directory:name:total:last:)``).
     func recordPlacements(_ ends: [WorkEvent]) {
         guard let soleWriter = self.soleWriter else { return }
         var candidates: [(id: Int64, directory: String, name: String, total: Int64)] = []
@@ -616,7 +616,8 @@ extension DownloadQueue {
     /// Throws ``QueueLeaseLost`` as the confirmation did; `nil` (confirmed, not promised) when no
     /// free name is found, inside a batch of the daemon's own store (its commit would come
     /// after the placement), or when its own store cannot save it (placed as without one).
-    private func promiseBeforePlacing(_ id: Int64, lease: QueueLease, directory: String, name: String, total: Int64) throws -> String? {
+    /// `last`: the row as last saved; the answer's `row`, the row as the promise saved it.
+    private func promiseBeforePlacing(_ id: Int64, lease: QueueLease, directory: String, name: String, total: Int64, last: StoredDownload) throws -> (path: String, row: StoredDownload?)? {
         guard self.soleWriter == nil || self.state.withLock({ $0.effects == nil }),
             let path = NoOverwriteMove.freePath(directory: directory, name: name)
         else {
@@ -624,15 +625,15 @@ extension DownloadQueue {
             return nil
         }
         do {
-            try self.updateDownload(id: id, lease: lease) { download in
+            let saved = try self.updateDownload(id: id, lease: lease, last: last) { download in
                 download.finalPath = path
                 download.totalBytes = total
             }
+            return (path, saved)
         } catch where self.soleWriter != nil {
             self.logger.warning("cannot save where download \(id)'s file goes before placing it: \(error)")
             return nil
         }
-        return path
     }
 
     /// Download `id`, just claimed, had a promise of its file's place from its last run (a
@@ -744,8 +745,13 @@ extension DownloadQueue {
             // The file is placed only while the download is still this daemon's, where the
             // placement was promised (``recordPlacements(_:)``), while that is free.
             let promised: String?
+            // The row as last saved, for the writes below (a shared store writes over it
+            // without reading it again).
+            var last = download
             if download.state == .active, download.finalPath == nil, self.soleWriter == nil || download.checksum != nil {
-                promised = try self.promiseBeforePlacing(id, lease: lease, directory: download.directory, name: name(), total: total)
+                let promise = try self.promiseBeforePlacing(id, lease: lease, directory: download.directory, name: name(), total: total, last: download)
+                promised = promise?.path
+                if let row = promise?.row { last = row }
             } else {
                 try self.store.confirmLease(id: id, lease: lease)
                 promised = download.state == .active ? download.finalPath : nil
@@ -769,7 +775,7 @@ extension DownloadQueue {
                 }
             } catch {
                 let message = "cannot move the finished file into \(download.directory): \(error)"
-                let updated = try self.updateDownload(id: id, lease: lease, release: true) { download in
+                let updated = try self.updateDownload(id: id, lease: lease, release: true, last: last) { download in
                     download.state = .error
                     download.finalPath = nil
                     download.errorMessage = message
@@ -779,7 +785,7 @@ extension DownloadQueue {
                 if let updated { self.publish(.changed(updated.info)) }
                 return
             }
-            let updated = try self.updateDownload(id: id, lease: lease, release: true) { download in
+            let updated = try self.updateDownload(id: id, lease: lease, release: true, last: last) { download in
                 download.complete(at: finalPath, total: total)
                 download.currentURL = url
             }

@@ -194,9 +194,9 @@ final class FlakyBatchStore: QueueStore {
     func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
         try self.inner.updateDownload(id: id, change)
     }
-    func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+    func updateDownload(id: Int64, lease: QueueLease, release: Bool, last: StoredDownload?, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
         if self.inject(id, batches: self.failUpdateBatches, replays: self.failingUpdates) { throw CommitFailed() }
-        return try self.inner.updateDownload(id: id, lease: lease, release: release, change)
+        return try self.inner.updateDownload(id: id, lease: lease, release: release, last: last, change)
     }
     func confirmLease(id: Int64, lease: QueueLease) throws { try self.inner.confirmLease(id: id, lease: lease) }
     func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
@@ -294,8 +294,8 @@ final class PromiseWatchingStore: SoleWriterQueueStore, ForwardingQueueStore {
         return saved
     }
 
-    func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
-        let saved = try self.inner.updateDownload(id: id, lease: lease, release: release, change)
+    func updateDownload(id: Int64, lease: QueueLease, release: Bool, last: StoredDownload?, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        let saved = try self.inner.updateDownload(id: id, lease: lease, release: release, last: last, change)
         self.note(saved)
         return saved
     }
@@ -355,8 +355,8 @@ extension ForwardingQueueStore {
     func updateDownload(id: Int64, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
         try self.base.updateDownload(id: id, change)
     }
-    func updateDownload(id: Int64, lease: QueueLease, release: Bool, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
-        try self.base.updateDownload(id: id, lease: lease, release: release, change)
+    func updateDownload(id: Int64, lease: QueueLease, release: Bool, last: StoredDownload?, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
+        try self.base.updateDownload(id: id, lease: lease, release: release, last: last, change)
     }
     func confirmLease(id: Int64, lease: QueueLease) throws { try self.base.confirmLease(id: id, lease: lease) }
     func claim(_ claim: QueueClaim, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> QueueClaimOutcome {
