@@ -17,13 +17,14 @@ import Synchronization
 /// Two connections, each used by one caller at a time: `general` for the queue's reads and
 /// writes (its serial dispatch queue), `leases` for renewals, reclaims and heartbeats, which
 /// must not wait behind the queue's work. A third listens for notifications. Each method is
-/// one transaction and waits for it (a claim, and a write under a lease: a read, then one
-/// statement that writes only over the row as read), at most ``queryTimeout`` per statement: a store that
-/// stops answering (a partition) closes the connection, the call fails, and the next call
-/// connects again. The caller also waits on its own clock (the timeout and a second), so a
-/// call returns even if the connection's event loop is stuck; ``callsInFlight(longerThan:)``
-/// says what each connection is doing meanwhile. The schema is migrated at open, under an advisory lock, so daemons
-/// starting together migrate it once; shipped migrations are never edited.
+/// one transaction and waits for it (a claim: a read, then one statement that writes only over
+/// the row as read; a write under a lease: the same, over the caller's copy of the row when it
+/// has one), at most ``queryTimeout`` per statement: a store that stops answering (a
+/// partition) closes the connection, the call fails, and the next call connects again. The
+/// caller also waits on its own clock (the timeout and a second), so a call returns even if the
+/// connection's event loop is stuck; ``callsInFlight(longerThan:)`` says what each connection is
+/// doing meanwhile. The schema is migrated at open, under an advisory lock, so daemons starting
+/// together migrate it once; shipped migrations are never edited.
 public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     // @unchecked: each slot's connection is guarded by its lock; calls on a slot are
     // serialised by it too.
@@ -449,21 +450,35 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     /// each row on its own.
     static let largestAnnouncedBatch = 50
 
-    /// Writes the row's fields; with `releasing`, its lease goes too. Announced unless
-    /// `announce` is false (the caller announces the batch).
-    private func save(_ connection: PostgresConnection, _ download: StoredDownload, releasing: Bool = false, announce: Bool = true) throws {
+    /// Writes the row's fields, and announces it in the same statement unless `announce` is
+    /// false (the caller announces the batch); with `releasing`, its lease goes too. With
+    /// `over` (the row's JSON as the caller read it, and the lease it writes under), only while
+    /// the stored row is still that, under that lease. Returns whether the row was written.
+    @discardableResult
+    private func save(
+        _ connection: PostgresConnection,
+        _ download: StoredDownload,
+        releasing: Bool = false,
+        announce: Bool = true,
+        over read: (data: String, lease: QueueLease)? = nil
+    ) throws -> Bool {
         guard let id = download.id else { throw StoreError("a download without an id cannot be updated") }
         let data = try Self.encode(download)
         let state = download.state.rawValue
-        if releasing {
-            try self.run(
-                connection,
-                "UPDATE haul_queued_download SET gid = \(download.gid), state = \(state), data = \(data), runner = NULL, lease_until = NULL, claimed_connections = 0 WHERE id = \(id)"
+        let releasing = releasing ? ", runner = NULL, lease_until = NULL, claimed_connections = 0" : ""
+        let (expected, daemon, generation) = (read?.data, read?.lease.daemon, read?.lease.generation)
+        let payload = announce ? "\(self.member) d \(id)" : nil
+        return try self.run(
+            connection,
+            """
+            WITH written AS (
+                UPDATE haul_queued_download SET gid = \(download.gid), state = \(state), data = \(data)\(unescaped: releasing)
+                WHERE id = \(id) AND (\(expected)::TEXT IS NULL OR (data = \(expected) AND runner = \(daemon) AND generation = \(generation)))
+                RETURNING id
             )
-        } else {
-            try self.run(connection, "UPDATE haul_queued_download SET gid = \(download.gid), state = \(state), data = \(data) WHERE id = \(id)")
-        }
-        if announce { try self.announce(connection, "d \(id)") }
+            SELECT id, CASE WHEN \(payload)::TEXT IS NOT NULL THEN pg_notify(\(Self.channel), \(payload)) END FROM written
+            """
+        ).rows.count == 1
     }
 
     /// Announces changes of `ids`: one by one, or as one `r` for a large batch.
@@ -524,20 +539,15 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
     @discardableResult
     public func updateDownload(id: Int64, lease: QueueLease, release: Bool, last: StoredDownload?, _ change: @Sendable (inout StoredDownload) throws -> Void) throws -> StoredDownload? {
         try self.withConnection(self.general) { connection in
-            // The caller's copy stands for a read (when the change changes something: a check of
-            // the lease alone must read).
-            var known: Fetched?
-            if var row = last, row.id == id {
-                row.runner = lease.daemon
-                var changed = row
-                try change(&changed)
-                if release || changed != row { known = Fetched(download: row, data: try Self.encode(row), generation: lease.generation, holder: lease.daemon) }
-            }
+            // The caller's copy stands for the first read.
+            var copy = last?.id == id ? last : nil
             for _ in 0..<Self.raceAttempts {
                 let fetched: Fetched
-                if let copy = known {
-                    fetched = copy
-                    known = nil
+                let fromCopy = copy != nil
+                if var row = copy {
+                    copy = nil
+                    row.runner = lease.daemon
+                    fetched = Fetched(download: row, data: try Self.encode(row), generation: lease.generation, holder: lease.daemon)
                 } else {
                     guard let read = try self.fetch(connection, id: id, lock: .none) else { return nil }
                     guard read.holder == lease.daemon, read.generation == lease.generation else {
@@ -548,24 +558,13 @@ public final class PostgresQueueStore: QueueStore, @unchecked Sendable {
                 var download = fetched.download
                 try change(&download)
                 // A check of the lease that changes nothing (before a file is placed) writes and
-                // announces nothing.
-                guard release || download != fetched.download else { return download }
-                let data = try Self.encode(download)
-                let state = download.state.rawValue
-                let payload = "\(self.member) d \(id)"
-                let releasing = release ? ", runner = NULL, lease_until = NULL, claimed_connections = 0" : ""
-                let written = try self.run(
-                    connection,
-                    """
-                    WITH written AS (
-                        UPDATE haul_queued_download SET gid = \(download.gid), state = \(state), data = \(data)\(unescaped: releasing)
-                        WHERE id = \(id) AND data = \(fetched.data) AND runner = \(lease.daemon) AND generation = \(lease.generation)
-                        RETURNING id
-                    )
-                    SELECT pg_notify(\(Self.channel), \(payload)) FROM written
-                    """
-                ).rows.count
-                guard written == 1 else { continue }
+                // announces nothing; it reads the row (a copy checks no lease).
+                guard release || download != fetched.download else {
+                    if fromCopy { continue }
+                    return download
+                }
+                // Taken or changed since the read: read again.
+                guard try self.save(connection, download, releasing: release, over: (fetched.data, lease)) else { continue }
                 if release { download.runner = nil }
                 return download
             }
