@@ -7,7 +7,7 @@ struct DaemonCommand: ParsableCommand {
         commandName: "daemon",
         abstract: "Run hauld, the background transfer daemon, in the foreground; 'haul daemon status' lists the daemons sharing its queue.",
         discussion: "All arguments go to hauld; see 'hauld --help'. 'haul daemon status [--json]' asks the running daemon instead: the daemons of its fleet (one, unless they share a PostgreSQL queue), with the downloads each runs."
-    )
+    ).haulSubcommand
 
     @Argument(parsing: .allUnrecognized, help: "Arguments for hauld.")
     var arguments: [String] = []

@@ -18,17 +18,25 @@ public struct HaulCommand: AsyncParsableCommand {
 
     public init() {}
 
-    /// `haul get …` parsed as `GetCommand` alone: the parser then reflects on that one command's
-    /// options instead of walking every subcommand (measured: 3.4 M of the 44 M instructions a
-    /// one-file `haul get` runs, 5.7 M more without the completion-script probe; most of what
-    /// remains is the Swift runtime's first look-ups of each option's type). Anything that does
-    /// not parse that way — help, a usage error, another command — goes through the root parser,
-    /// so messages and usage lines stay the root's (a list on standard input is read once for
-    /// both parses: `GetCommand.standardInputText`).
+    /// `haul get …` parsed as `GetCommand` alone, and any other `haul NAME …` as that subcommand
+    /// alone: the parser then reflects on that one command's options instead of walking every
+    /// subcommand (measured: 3.4 M of the 44 M instructions a one-file `haul get` runs, 5.7 M
+    /// more without the completion-script probe; most of what remains is the Swift runtime's
+    /// first look-ups of each option's type; `haul ls` spent a fifth of its CPU in the root's
+    /// parse). Anything that does not parse that way — help, a usage error, a name that is no
+    /// subcommand's — goes through the root parser, so messages and usage lines stay the
+    /// root's (a list on standard input is read once for both parses:
+    /// `GetCommand.standardInputText`).
     private static func parseAsRoot(fastArguments arguments: [String]?) throws -> any ParsableCommand {
         let given = arguments ?? Array(CommandLine.arguments.dropFirst())
-        if given.first == GetCommand.configuration.commandName, let get = try? GetCommand.parseAsRoot(Array(given.dropFirst())) {
-            return get
+        if let name = given.first {
+            if name == GetCommand.configuration.commandName {
+                if let get = try? GetCommand.parseAsRoot(Array(given.dropFirst())) { return get }
+            } else if let subcommand = Self.configuration.subcommands.first(where: { $0.configuration.commandName == name }),
+                let command = try? subcommand.parseAsRoot(Array(given.dropFirst()))
+            {
+                return command
+            }
         }
         return try self.parseAsRoot(arguments)
     }
@@ -38,13 +46,16 @@ public struct HaulCommand: AsyncParsableCommand {
     public static func runAndExit(arguments: [String]? = nil) async -> Never {
         do {
             var command = try Self.parseAsRoot(fastArguments: arguments)
-            if var get = command as? GetCommand {
-                // A cast to the concrete type compares metadata; the cast below to a protocol
-                // scans the program's 9,000 conformance records the first time (0.7 M
-                // instructions of a one-file download's 36 M).
+            // Casts to the concrete types compare metadata; a cast to a protocol (`as? any
+            // AsyncParsableCommand`) scans the program's 9,000 conformance records the first
+            // time (0.7 M instructions of a one-file download's 36 M). `get` and the root are the
+            // only asynchronous commands (a test holds every other subcommand to
+            // `ParsableCommand`).
+            if let get = command as? GetCommand {
                 try await get.run()
-            } else if var asyncCommand = command as? any AsyncParsableCommand {
-                try await asyncCommand.run()
+            } else if var root = command as? HaulCommand {
+                // The root runs nothing itself: its `run` asks for the help text.
+                try root.run()
             } else {
                 try command.run()
             }
@@ -59,5 +70,19 @@ public struct HaulCommand: AsyncParsableCommand {
             }
             exit(withError: error)
         }
+    }
+}
+
+extension CommandConfiguration {
+    /// This configuration named as a pseudo-command of `haul`: each subcommand is parsed as the
+    /// root when its name comes first (``HaulCommand``'s `parseAsRoot(fastArguments:)`), and
+    /// then its usage lines still read `haul NAME`, and the parser skips its look for
+    /// `--generate-completion-script`, which builds two more commands' arguments by reflection
+    /// (10 M instructions, 2-3 ms). As a subcommand of `haul` it is unaffected: only the root's
+    /// super-command name is read.
+    var haulSubcommand: CommandConfiguration {
+        var configuration = self
+        configuration._superCommandName = "haul"
+        return configuration
     }
 }

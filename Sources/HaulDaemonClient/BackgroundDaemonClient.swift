@@ -45,14 +45,7 @@ package final class BackgroundDaemonClient: Sendable {
     /// Connects to the daemon of `paths`, starting it when none runs (as launchd starts
     /// `nsurlsessiond`). Blocks for at most a few seconds.
     package static func connect(paths: DaemonPaths) throws -> BackgroundDaemonClient {
-        if let client = try? self.connectOnce(paths: paths) { return client }
-        try DaemonLauncher.launch(paths: paths)
-        var lastError: any Error = Failure(description: "hauld did not start")
-        for _ in 0..<250 {
-            do { return try self.connectOnce(paths: paths) } catch { lastError = error }
-            usleep(20_000)
-        }
-        throw Failure(description: "cannot reach hauld at \(paths.socketPath): \(lastError)")
+        try DaemonLauncher.connectStarting(paths: paths, Self.connectOnce(paths:))
     }
 
     /// Connects to a running daemon; fails at once when none listens.
@@ -113,21 +106,11 @@ package final class BackgroundDaemonClient: Sendable {
         }
         let line: [UInt8]
         do {
-            line = try request.encodedLine()
+            line = try request.lineForDaemon()
         } catch {
             // Nothing was sent: the call fails now instead of waiting out its timeout.
             _ = self.state.withLock { $0.pending.removeValue(forKey: request.id) }
-            completion(.failure(Failure(description: "cannot encode \(request.method.rawValue): \(error)")))
-            return
-        }
-        // A longer line is refused by the daemon, which then closes the connection: said here,
-        // with nothing sent. The limit is the line's before its newline, as the daemon counts.
-        let length = line.count - 1
-        guard length <= DaemonProtocol.maximumLineLength else {
-            _ = self.state.withLock { $0.pending.removeValue(forKey: request.id) }
-            completion(.failure(Failure(
-                description: "\(request.method.rawValue) takes \(length) bytes, more than one request to hauld may carry (\(DaemonProtocol.maximumLineLength))"
-            )))
+            completion(.failure(error))
             return
         }
         self.channel.writeAndFlush(ByteBuffer(bytes: line), promise: nil)
@@ -203,6 +186,19 @@ private final class ClientHandler: ChannelInboundHandler {
 /// Starts `hauld` in its own session (so that Ctrl-C or the end of the client does not reach
 /// it), with its output going to `hauld.log` in the data directory.
 enum DaemonLauncher {
+    /// A connection made by `connectOnce`, after starting the daemon of `paths` when none
+    /// answers (as launchd starts `nsurlsessiond`): tried again every 20 ms for up to 5 s.
+    static func connectStarting<Connection>(paths: DaemonPaths, _ connectOnce: (DaemonPaths) throws -> Connection) throws -> Connection {
+        if let connection = try? connectOnce(paths) { return connection }
+        try self.launch(paths: paths)
+        var lastError: any Error = BackgroundDaemonClient.Failure(description: "hauld did not start")
+        for _ in 0..<250 {
+            do { return try connectOnce(paths) } catch { lastError = error }
+            usleep(20_000)
+        }
+        throw BackgroundDaemonClient.Failure(description: "cannot reach hauld at \(paths.socketPath): \(lastError)")
+    }
+
     static func launch(paths: DaemonPaths) throws {
         guard let executable = self.executable() else {
             throw BackgroundDaemonClient.Failure(

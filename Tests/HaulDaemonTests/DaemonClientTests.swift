@@ -17,7 +17,7 @@ struct DaemonClientTests {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            _ = path.utf8CString.withUnsafeBytes { raw.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0.prefix(raw.count - 1))) }
+            path.utf8CString.withUnsafeBytes { raw.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0.prefix(raw.count - 1))) }
         }
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
@@ -48,8 +48,33 @@ struct DaemonClientTests {
         return { Self.stop(listener, at: path) }
     }
 
-    @Test("A connection the daemon closes at once fails each request at once, not after the 30 s answer timeout")
-    func closedRightAfterAccept() async throws {
+    /// The two clients of the daemon's socket: the event-loop one (background sessions, `haul
+    /// wait`) and the blocking one (`haul ls`, `haul add` and the other one-shot commands).
+    enum Client: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        case events, lines
+
+        var testDescription: String { self.rawValue }
+
+        /// A connection to the daemon at `paths`: how to ask it, how to close it.
+        func connect(paths: DaemonPaths) throws -> (call: (DaemonRequest) throws -> DaemonResponse, close: () -> Void) {
+            switch self {
+            case .events:
+                let client = try BackgroundDaemonClient.connectOnce(paths: paths)
+                return (client.call, client.close)
+            case .lines:
+                let connection = try DaemonLineConnection.connectOnce(paths: paths)
+                return (connection.call, connection.close)
+            }
+        }
+
+        /// Connects to the daemon at `paths` and asks `request` once.
+        func call(_ request: DaemonRequest, paths: DaemonPaths) throws -> DaemonResponse {
+            try self.connect(paths: paths).call(request)
+        }
+    }
+
+    @Test("A connection the daemon closes at once fails each request at once, not after the 30 s answer timeout", arguments: Client.allCases)
+    func closedRightAfterAccept(client: Client) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -59,22 +84,22 @@ struct DaemonClientTests {
         for _ in 0..<20 {
             let started = ContinuousClock.now
             let outcome = await blocking { () -> Result<DaemonResponse, any Error> in
-                Result { try BackgroundDaemonClient.connectOnce(paths: paths).call(DaemonRequest(.ping)) }
+                Result { try client.call(DaemonRequest(.ping), paths: paths) }
             }
             #expect(throws: (any Error).self) { try outcome.get() }
             #expect(ContinuousClock.now - started < .seconds(5), "the closed connection was noticed")
         }
     }
 
-    @Test("A request longer than hauld takes in one line fails in the client with what to do, nothing sent: the connection stays open")
-    func overlongRequest() async throws {
+    @Test("A request longer than hauld takes in one line fails in the client with what to do, nothing sent: the connection stays open", arguments: Client.allCases)
+    func overlongRequest(kind: Client) async throws {
         let daemon = try DaemonProcess()
         try await daemon.start()
         defer { daemon.cleanUp() }
         let paths = DaemonPaths(dataDirectory: daemon.dataDirectory, runtimeDirectory: daemon.runtimeDirectory)
         let huge = NewDownload(urls: [URL(string: "http://127.0.0.1:9/" + String(repeating: "x", count: DaemonProtocol.maximumLineLength))!], paused: true)
         let (refused, answered) = await blocking { () -> (String, Bool) in
-            guard let client = try? BackgroundDaemonClient.connectOnce(paths: paths) else { return ("no connection", false) }
+            guard let client = try? kind.connect(paths: paths) else { return ("no connection", false) }
             defer { client.close() }
             let refused = Result { try client.call(DaemonRequest(.queueAdd(.batch([huge])))) }
             // Had the line gone out, hauld would have closed the connection.
@@ -88,7 +113,7 @@ struct DaemonClientTests {
         // A request whose line is the limit exactly (before its newline, as the daemon counts)
         // goes out and is answered: the client refused it once (it counted the newline).
         let exact = await blocking { () -> String in
-            guard let client = try? BackgroundDaemonClient.connectOnce(paths: paths) else { return "no connection" }
+            guard let client = try? kind.connect(paths: paths) else { return "no connection" }
             defer { client.close() }
             // A fresh client's first request has id 1.
             func request(padding: Int) -> DaemonRequest {
@@ -182,5 +207,51 @@ struct DaemonClientTests {
         // last one thousands of frames deeper than the first.
         let (low, high) = (seen.min() ?? 0, seen.max() ?? 0)
         #expect(high - low <= 16, "depths from \(low) to \(high) frames")
+    }
+
+    @Test("The blocking client reads past events and lines it cannot read to its answer, however the bytes come")
+    func linesSkipEvents() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let paths = DaemonPaths(dataDirectory: directory, runtimeDirectory: directory)
+        // 2,000 event lines (~120 KB: more than one read) before the answer.
+        let stop = try Self.answerAfterEvents(at: paths.socketPath, events: 2000)
+        defer { stop() }
+        let outcome = await blocking { Result { try Client.lines.call(DaemonRequest(.ping), paths: paths) } }
+        #expect(try outcome.get().id == 1)
+    }
+
+    @Test("The blocking client gives up on a daemon that does not answer, says which request, and its later calls fail at once")
+    func linesTimeOut() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let paths = DaemonPaths(dataDirectory: directory, runtimeDirectory: directory)
+        // Accepts and reads, never answers.
+        let listener = try Self.listening(at: paths.socketPath)
+        defer { Self.stop(listener, at: paths.socketPath) }
+        let accepted = Mutex<[Int32]>([])
+        Thread {
+            let connection = accept(listener, nil, nil)
+            if connection >= 0 { accepted.withLock { $0.append(connection) } }
+        }.start()
+        defer { accepted.withLock { $0 }.forEach { close($0) } }
+        let (first, elapsed, second) = await blocking { () -> (String, Duration, String) in
+            guard let connection = try? DaemonLineConnection.connectOnce(paths: paths, timeout: .milliseconds(300)) else { return ("no connection", .zero, "") }
+            defer { connection.close() }
+            let started = ContinuousClock.now
+            let first = Result { try connection.call(DaemonRequest(.queueList(QueuePage()))) }
+            let elapsed = ContinuousClock.now - started
+            let second = Result { try connection.call(DaemonRequest(.ping)) }
+            func text(_ result: Result<DaemonResponse, any Error>) -> String {
+                if case .failure(let error) = result { return "\(error)" }
+                return "answered"
+            }
+            return (text(first), elapsed, text(second))
+        }
+        #expect(first.contains("hauld did not answer queueList within"), "\(first)")
+        #expect(elapsed >= .milliseconds(300) && elapsed < .seconds(5), "\(elapsed)")
+        #expect(second.contains("closed"), "a connection whose answer is still due cannot be read in order any more: \(second)")
     }
 }

@@ -5,8 +5,7 @@ import NIOSSL
 
 /// `haul get`: download URLs to files in the foreground, resumably and verified.
 struct GetCommand: AsyncParsableCommand {
-    static let configuration: CommandConfiguration = {
-        var configuration = CommandConfiguration(
+    static let configuration = CommandConfiguration(
         commandName: "get",
         abstract: "Download URLs to files, resumably.",
         discussion: """
@@ -20,15 +19,7 @@ struct GetCommand: AsyncParsableCommand {
             Exit status: 0 success, 2 usage, 3 local file error, 4 network error, 8 server error, \
             130 interrupted.
             """
-        )
-        // `haul get …` is parsed with this command as the root (HaulCommand.parseAsRoot(fastArguments:)):
-        // named as a pseudo-command of `haul`, its usage lines read `haul get`, and the parser
-        // skips its look for `--generate-completion-script`, which builds two more commands'
-        // arguments by reflection (10 M instructions, 2-3 ms). As a subcommand of `haul` it is
-        // unaffected: only the root's super-command name is read.
-        configuration._superCommandName = "haul"
-        return configuration
-    }()
+    ).haulSubcommand
 
     @Argument(help: "The http or https URLs to download.")
     var urls: [String] = []

@@ -12,7 +12,7 @@ struct AddCommand: ParsableCommand {
             when complete and verified; until then it is NAME.ID.haul-part in the same directory. \
             A name that is taken gets a number ('file (1).iso'), never an overwrite.
             """
-    )
+    ).haulSubcommand
 
     @Argument(help: "http or https URLs to download.")
     var urls: [String] = []
@@ -125,7 +125,7 @@ struct AddCommand: ParsableCommand {
         var added: [QueuedDownloadInfo] = []
         for batch in batches {
             do {
-                added += try client.connection.call(DaemonRequest(.queueAdd(.batch(Array(batch))))).downloads ?? []
+                added += try client.request(DaemonRequest(.queueAdd(.batch(Array(batch))))).downloads ?? []
             } catch {
                 let before = added.isEmpty ? "nothing was added" : "the first \(added.count) of \(downloads.count) were added (\(added.first!.id)…\(added.last!.id)), the rest not"
                 Terminal.writeError("haul: \(error); \(before)\n")

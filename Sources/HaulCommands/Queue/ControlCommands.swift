@@ -4,7 +4,7 @@ import HaulCore
 
 /// `haul pause ID…|--all`.
 struct PauseCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "pause", abstract: "Pause downloads, keeping their bytes.")
+    static let configuration = CommandConfiguration(commandName: "pause", abstract: "Pause downloads, keeping their bytes.").haulSubcommand
 
     @Argument(help: "Download ids.")
     var ids: [String] = []
@@ -26,7 +26,7 @@ struct PauseCommand: ParsableCommand {
 
 /// `haul resume ID…|--all`.
 struct ResumeCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "resume", abstract: "Resume paused or failed downloads.")
+    static let configuration = CommandConfiguration(commandName: "resume", abstract: "Resume paused or failed downloads.").haulSubcommand
 
     @Argument(help: "Download ids.")
     var ids: [String] = []
@@ -51,7 +51,7 @@ struct CancelCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "cancel",
         abstract: "Stop downloads for good and delete their partial files (they stay listed until purged)."
-    )
+    ).haulSubcommand
 
     @Argument(help: "Download ids.")
     var ids: [String]
@@ -70,7 +70,7 @@ struct RemoveCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rm",
         abstract: "Drop downloads from the list (cancelling them if in progress; finished files are kept)."
-    )
+    ).haulSubcommand
 
     @Argument(help: "Download ids.")
     var ids: [String]
@@ -89,7 +89,7 @@ struct PurgeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "purge",
         abstract: "Drop finished, failed and cancelled downloads from the list (files are kept)."
-    )
+    ).haulSubcommand
 
     @OptionGroup var connection: QueueConnectionOptions
 
@@ -107,7 +107,7 @@ struct SetURLCommand: ParsableCommand {
         commandName: "set-url",
         abstract: "Give a waiting, paused or failed download a new URL (e.g. a fresh signed link).",
         discussion: "The bytes already downloaded are kept when the server confirms (ETag/Last-Modified) that the file is the same."
-    )
+    ).haulSubcommand
 
     @Argument(help: "The download's id.")
     var id: String

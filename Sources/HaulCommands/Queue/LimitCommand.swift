@@ -8,7 +8,7 @@ struct LimitCommand: ParsableCommand {
         commandName: "limit",
         abstract: "Change the speed limit of downloads (takes effect at once, also while they run).",
         discussion: "RATE is per second, e.g. 500K or 2M; 0 removes the limit."
-    )
+    ).haulSubcommand
 
     @Argument(help: "Download ids.")
     var ids: [String]

@@ -4,7 +4,7 @@ import HaulCore
 
 /// `haul ls`: the queue in two sections, downloading and finished.
 struct ListCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List downloads: downloading, then finished.")
+    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List downloads: downloading, then finished.").haulSubcommand
 
     @Flag(name: .customLong("json"), help: "Print JSON for scripts.")
     var json = false
@@ -14,14 +14,16 @@ struct ListCommand: ParsableCommand {
     func run() throws {
         let client = try QueueClient.connect(start: self.connection.start)
         defer { client.close() }
-        let downloads = try client.call(.queueList(QueuePage())).downloads ?? []
+        // Every state: cancelled downloads (`removed`) stay listed among the finished until
+        // purged or dropped with `haul rm`, as the web UI lists them.
+        let downloads = try client.call(.queueList(QueuePage(states: QueuedDownloadState.allCases))).downloads ?? []
         print(self.json ? QueueFormatting.json(downloads) : QueueFormatting.table(downloads, width: max(100, Terminal.width)))
     }
 }
 
 /// `haul show ID`: everything about one download.
 struct ShowCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "show", abstract: "Show one download in detail.")
+    static let configuration = CommandConfiguration(commandName: "show", abstract: "Show one download in detail.").haulSubcommand
 
     @Argument(help: "The download's id.")
     var id: String

@@ -5,9 +5,16 @@ import HaulCore
 import Synchronization
 
 /// The `haul` side of the queue commands: one connection to `hauld`, requests answered in
-/// order, events for `wait` and `watch`.
+/// order. A command that asks and prints talks over a blocking connection
+/// (``DaemonLineConnection``: no event loop to set up); `wait` and `watch`, which follow events,
+/// over ``BackgroundDaemonClient`` (``connectForEvents(start:)``).
 struct QueueClient {
-    let connection: BackgroundDaemonClient
+    private enum Connection {
+        case lines(DaemonLineConnection)
+        case events(BackgroundDaemonClient)
+    }
+
+    private let connection: Connection
     let paths: DaemonPaths
 
     /// Connects to the daemon of this user (`HAUL_DATA_DIR` / `HAUL_RUNTIME_DIR` honoured).
@@ -15,8 +22,27 @@ struct QueueClient {
     /// - Parameter start: start hauld when none runs. When `false` and standard input is a
     ///   terminal, the user is asked; otherwise the command fails with how to start it.
     static func connect(start: Bool) throws -> QueueClient {
+        try Self.connect(start: start, once: { .lines(try DaemonLineConnection.connectOnce(paths: $0)) }, starting: { .lines(try DaemonLineConnection.connect(paths: $0)) })
+    }
+
+    /// ``connect(start:)`` for a command that subscribes to events (``subscribe(_:)``,
+    /// ``onClose(_:)``).
+    static func connectForEvents(start: Bool) throws -> QueueClient {
+        try Self.connect(start: start, once: { .events(try BackgroundDaemonClient.connectOnce(paths: $0)) }, starting: { .events(try BackgroundDaemonClient.connect(paths: $0)) })
+    }
+
+    /// A connection for events to the daemon of `paths` if one runs (none is started).
+    static func connectForEventsOnce(paths: DaemonPaths) throws -> QueueClient {
+        QueueClient(connection: .events(try BackgroundDaemonClient.connectOnce(paths: paths)), paths: paths)
+    }
+
+    private static func connect(
+        start: Bool,
+        once: (DaemonPaths) throws -> Connection,
+        starting: (DaemonPaths) throws -> Connection
+    ) throws -> QueueClient {
         let paths = DaemonPaths.fromEnvironment()
-        if let connection = try? BackgroundDaemonClient.connectOnce(paths: paths) {
+        if let connection = try? once(paths) {
             return QueueClient(connection: connection, paths: paths)
         }
         var shouldStart = start
@@ -34,7 +60,7 @@ struct QueueClient {
             throw ExitStatus.generic
         }
         do {
-            let connection = try BackgroundDaemonClient.connect(paths: paths)
+            let connection = try starting(paths)
             Terminal.writeError("haul: started hauld (log: \(paths.logPath))\n")
             return QueueClient(connection: connection, paths: paths)
         } catch {
@@ -46,20 +72,43 @@ struct QueueClient {
     /// Sends a request; a refusal becomes a message on standard error and exit status 1.
     func call(_ command: DaemonRequest.Command) throws -> DaemonResponse {
         do {
-            return try self.connection.call(DaemonRequest(command))
+            return try self.request(DaemonRequest(command))
         } catch {
             Terminal.writeError("haul: \(error)\n")
             throw ExitStatus.generic
         }
     }
 
-    /// Subscribes to queue events; `handler` runs on a network thread, in order.
+    /// Sends a request and waits for its answer; a refusal is thrown
+    /// (``BackgroundDaemonClient/Failure``), for the caller to word.
+    func request(_ request: DaemonRequest) throws -> DaemonResponse {
+        switch self.connection {
+        case .lines(let connection): try connection.call(request)
+        case .events(let client): try client.call(request)
+        }
+    }
+
+    /// Subscribes to queue events; `handler` runs on a network thread, in order. Only on a
+    /// connection made by ``connectForEvents(start:)``.
     func subscribe(_ handler: @escaping @Sendable (DaemonEvent) -> Void) throws {
-        self.connection.onEvent(handler)
+        guard case .events(let client) = self.connection else { preconditionFailure("events need QueueClient.connectForEvents") }
+        client.onEvent(handler)
         _ = try self.call(.queueSubscribe)
     }
 
-    func close() { self.connection.close() }
+    /// `handler` runs once when the connection is gone. Only on a connection made by
+    /// ``connectForEvents(start:)``.
+    func onClose(_ handler: @escaping @Sendable () -> Void) {
+        guard case .events(let client) = self.connection else { preconditionFailure("events need QueueClient.connectForEvents") }
+        client.onClose(handler)
+    }
+
+    func close() {
+        switch self.connection {
+        case .lines(let connection): connection.close()
+        case .events(let client): client.close()
+        }
+    }
 }
 
 /// Options every queue command shares.

@@ -8,7 +8,7 @@ struct RPCInfoCommand: ParsableCommand {
         commandName: "rpc-info",
         abstract: "Print the aria2 RPC's endpoint and secret (hauld --enable-rpc).",
         discussion: "Front-ends take the endpoint as the RPC address and the secret as the 'secret token'."
-    )
+    ).haulSubcommand
 
     @OptionGroup var connection: QueueConnectionOptions
 

@@ -8,7 +8,7 @@ struct SetCommand: ParsableCommand {
         commandName: "set",
         abstract: "Show or change global settings of the download queue.",
         discussion: "Keys:\n" + QueueSettings.keys.map { "  \($0.key): \($0.help)" }.joined(separator: "\n")
-    )
+    ).haulSubcommand
 
     @Argument(help: "The setting to change (omit both to show all).")
     var key: String?

@@ -7,7 +7,7 @@ struct UICommand: ParsableCommand {
         commandName: "ui",
         abstract: "Print the address of the web UI (with its access token).",
         discussion: "The token is in the address's fragment (after #): browsers never send it to a server or a log."
-    )
+    ).haulSubcommand
 
     @OptionGroup var connection: QueueConnectionOptions
 

@@ -22,13 +22,13 @@ final class QueueFollower: Sendable {
     /// Connects (starting hauld when `start`), subscribes, then reads the list: no change can
     /// fall between the two.
     init(start: Bool) throws {
-        let client = try QueueClient.connect(start: start)
+        let client = try QueueClient.connectForEvents(start: start)
         do {
             try self.attach(client)
         } catch {
             // The daemon went away between taking the connection and answering (a restart, a
             // crash): it is followed when it is back, as after a later close.
-            client.connection.close()
+            client.close()
             guard self.reconnect(timeout: daemonReconnectTimeout) else { throw error }
         }
     }
@@ -39,7 +39,7 @@ final class QueueFollower: Sendable {
             state.view.beginAttach()
             state.isClosed = false
         }
-        client.connection.onClose { [weak self] in
+        client.onClose { [weak self] in
             self?.state.withLock { $0.isClosed = true }
             self?.changed.signal()
         }
@@ -80,10 +80,10 @@ final class QueueFollower: Sendable {
         let paths = DaemonPaths.fromEnvironment()
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
-            if let connection = try? BackgroundDaemonClient.connectOnce(paths: paths) {
+            if let client = try? QueueClient.connectForEventsOnce(paths: paths) {
                 // Downloads seen before the restart stay known until the fresh list replaces them.
-                if (try? self.attach(QueueClient(connection: connection, paths: paths))) != nil { return true }
-                connection.close()
+                if (try? self.attach(client)) != nil { return true }
+                client.close()
             }
             Thread.sleep(forTimeInterval: 0.2)
         }
@@ -131,7 +131,7 @@ struct WaitCommand: ParsableCommand {
         commandName: "wait",
         abstract: "Wait until downloads finish, showing progress.",
         discussion: "Exit status: 0 when every download completed, 1 when one failed or was cancelled."
-    )
+    ).haulSubcommand
 
     @Argument(help: "Download ids (default: every download in progress).")
     var ids: [String] = []
@@ -228,7 +228,7 @@ struct WaitCommand: ParsableCommand {
 
 /// `haul watch`: a live table of the queue.
 struct WatchCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "watch", abstract: "Show the queue live (Ctrl-C to stop).")
+    static let configuration = CommandConfiguration(commandName: "watch", abstract: "Show the queue live (Ctrl-C to stop).").haulSubcommand
 
     @OptionGroup var connection: QueueConnectionOptions
 

@@ -393,7 +393,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         try await self.onWork {
             // A running download as the queue has it (its claim may not be written yet).
             if let running = self.state.withLock({ $0.running[id]?.stored }) { return self.info(for: running) }
-            return try self.info(for: self.existing(id))
+            return try self.info(for: self.existing(id, includingRemoved: true))
         }
     }
 
@@ -436,10 +436,11 @@ public final class DownloadQueue: TransferOwner, Sendable {
     }
 
     /// Download `id` as stored, for a change based on it: a claim held in memory is written
-    /// first.
-    func existing(_ id: Int64) throws -> StoredDownload {
+    /// first. A cancelled (`removed`) download is history: only what shows or drops it asks
+    /// for it (`includingRemoved`); anything else finds no such download.
+    func existing(_ id: Int64, includingRemoved: Bool = false) throws -> StoredDownload {
         try self.saveHeldClaim(id)
-        guard let download = try self.store.download(id: id), download.state != .removed else {
+        guard let download = try self.store.download(id: id), includingRemoved || download.state != .removed else {
             throw DaemonError("no download with id \(id) (see 'haul ls')")
         }
         return download
@@ -682,7 +683,8 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// until purged) unless `deleteFromList`; a completed file is never deleted.
     public func cancel(id: Int64, deleteFromList: Bool = false) async throws {
         try await self.onWork {
-            let download = try self.existing(id)
+            // A cancelled one is listed until dropped: `haul rm` drops it, a second cancel says so.
+            let download = try self.existing(id, includingRemoved: true)
             if download.state == .complete || (!download.state.isInProgress && download.state != .error) {
                 guard deleteFromList else {
                     throw DaemonError("download \(id) is \(download.state.rawValue); use 'haul rm \(id)' to drop it from the list")

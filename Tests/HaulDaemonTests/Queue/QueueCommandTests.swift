@@ -292,6 +292,36 @@ struct QueueCommandTests {
         #expect(restarted.standardOutput.contains("Downloading (0)"))
     }
 
+    @Test("A cancelled download stays listed among the finished until haul rm or purge drops it; show tells of it, nothing else acts on it")
+    func cancelledStaysListed() async throws {
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let cli = HaulCLI(daemon: daemon)
+        let directory = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("cancelled")
+        let added = try await cli.run(["add", "--paused", "--dir", directory.path, "http://127.0.0.1:9/a.bin", "http://127.0.0.1:9/b.bin", "http://127.0.0.1:9/c.bin"])
+        #expect(added.status == 0, "\(added.standardError)")
+        let cancelled = try await cli.run(["cancel", "1", "2"])
+        #expect(cancelled.status == 0 && cancelled.standardOutput == "cancelled 1\ncancelled 2\n", "\(cancelled.standardOutput) \(cancelled.standardError)")
+
+        #expect(try await cli.list().map { "\($0.id) \($0.state.rawValue)" } == ["1 removed", "2 removed", "3 paused"])
+        let table = try await cli.run(["ls"]).standardOutput
+        #expect(table.contains("Downloading (1)") && table.contains("Finished (2)"), "\(table)")
+        let shown = try await cli.run(["show", "1"])
+        #expect(shown.status == 0 && shown.standardOutput.contains("removed"), "\(shown.standardOutput) \(shown.standardError)")
+        let again = try await cli.run(["cancel", "1"])
+        #expect(again.status == 1 && again.standardError.contains("download 1 is removed; use 'haul rm 1'"), "\(again.standardError)")
+        let resumed = try await cli.run(["resume", "1"])
+        #expect(resumed.status == 1 && resumed.standardError.contains("no download with id 1"), "\(resumed.standardError)")
+
+        let dropped = try await cli.run(["rm", "1"])
+        #expect(dropped.status == 0 && dropped.standardOutput == "removed 1\n", "\(dropped.standardOutput) \(dropped.standardError)")
+        #expect(try await cli.list().map(\.id) == [2, 3])
+        let purged = try await cli.run(["purge"])
+        #expect(purged.standardOutput == "purged 1 download\n", "\(purged.standardOutput)")
+        #expect(try await cli.list().map(\.id) == [3])
+        _ = await daemon.terminate()
+    }
+
     @Test("haul add -i of a list longer than one request carries: every URL added, in order; one URL too long for any request is refused, nothing added")
     func longList() async throws {
         let daemon = try DaemonProcess()
