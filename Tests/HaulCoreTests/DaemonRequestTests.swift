@@ -81,6 +81,7 @@ struct DaemonRequestTests {
             .ping,
             .queueAdd(.one(NewDownload(urls: [url], directory: "/d", fileName: "f", checksum: "sha256=00", speedLimit: 5, priority: 2, paused: true))),
             .queueAdd(.batch([NewDownload(urls: [url]), NewDownload(urls: [url, url])])),
+            .queueAdd(.batch([NewDownload(urls: [url])], fields: [.id, .state])),
             .queueList(QueuePage(offset: 1, limit: 2, states: [.error, .paused], search: "q")),
             .queueGet(.init(downloadID: 6)),
             .queuePause(.one(7)), .queuePause(.many([8, 9])), .queuePause(.all),
@@ -141,6 +142,10 @@ struct DaemonRequestTests {
             batch(#"{"urls":["http://127.0.0.1/a"]}"#, id: "-1") + "  ",
             batch(""),
             #"{"method":"queueAdd","downloads":[{"urls":["http://127.0.0.1/a"]}],"id":3}"#,
+            #"{"id":7,"method":"queueAdd","downloads":[{"urls":["http://127.0.0.1/a"]}],"fields":["id"]}"#,
+            #"{"id":7,"method":"queueAdd","fields":["state","id","urls"],"downloads":[]}"#,
+            #"{"id":7,"method":"queueAdd","downloads":[],"fields":[]}"#,
+            #"{"id":7,"method":"queueAdd","downloads":[],"fields":null}"#,
         ]
         for line in taken {
             let fast = try #require(DaemonRequest.batchAdd(line: Array(line.utf8)), "\(line)")
@@ -174,6 +179,10 @@ struct DaemonRequestTests {
             // and not to the fast reader is never dropped).
             batch(#"{"urls":["http://127.0.0.1/a"],"later":{"x":[1,2.5,null]}}"#),
             #"{"method":"queueAdd","note":{"a":1},"downloads":[{"urls":["http://127.0.0.1/a"]}],"id":3,"urls":["http://127.0.0.1/ignored"]}"#,
+            // Fields: an unknown name (JSONDecoder words the error), a value of another type.
+            #"{"id":7,"method":"queueAdd","downloads":[],"fields":["id","colour"]}"#,
+            #"{"id":7,"method":"queueAdd","downloads":[],"fields":"id"}"#,
+            #"{"id":7,"method":"queueAdd","downloads":[],"fields":[1]}"#,
         ]
         for line in left {
             #expect(DaemonRequest.batchAdd(line: Array(line.utf8)) == nil, "\(line)")
@@ -199,6 +208,7 @@ struct DaemonRequestTests {
             (#"{"id":1,"method":"queueSetURL","downloadID":1}"#, "url"),
             (#"{"id":1,"method":"queueSettings","settingKey":"k"}"#, "settingValue"),
             (#"{"id":1,"method":"queueAdd","downloads":[{"fileName":"x"}]}"#, "urls"),
+            (#"{"id":1,"method":"queueAdd","downloads":[],"fields":["id","colour"]}"#, "fields"),
         ]
         for (line, field) in lines {
             do {
@@ -231,8 +241,8 @@ struct DaemonRequestTests {
         )
         let bare = NewDownload(urls: [URL(string: "http://127.0.0.1/f")!])
         let many = (0..<50).map { NewDownload(urls: [URL(string: "http://127.0.0.1/f\($0).bin")!], directory: "/srv") }
-        for downloads in [[full], [bare], [full, bare], many, []] {
-            let request = DaemonRequest(id: 42, .queueAdd(.batch(downloads)))
+        for (downloads, fields) in [([full], nil), ([bare], nil), ([full, bare], nil), (many, nil), ([], nil), (many, [.id]), ([full], [DownloadField.finishedAt, .id, .urls])] as [([NewDownload], [DownloadField]?)] {
+            let request = DaemonRequest(id: 42, .queueAdd(.batch(downloads, fields: fields)))
             let line = try request.encodedLine()
             #expect(line.last == UInt8(ascii: "\n") && line.dropLast().allSatisfy { $0 != UInt8(ascii: "\n") })
             let text = String(decoding: line.dropLast(), as: UTF8.self)
@@ -270,6 +280,16 @@ extension DaemonRequestTests {
                     let longer = try DaemonRequest(id: Int.max, .queueAdd(.batch(grown))).encodedLine()
                     #expect(longer.count - 1 > limit, "batch \(index) could not take one more")
                 }
+            }
+        }
+        // Asking for fields makes each line longer by as much: still within the limit.
+        for limit in [400, 4_096] {
+            let fields: [DownloadField] = [.id, .fileName, .directory]
+            let batches = try DaemonRequest.addBatches(downloads, fields: fields, maximumLineLength: limit)
+            #expect(Array(batches.joined()) == downloads)
+            for batch in batches {
+                let line = try DaemonRequest(id: Int.max, .queueAdd(.batch(Array(batch), fields: fields))).encodedLine()
+                #expect(line.count - 1 <= limit)
             }
         }
         // At the limit exactly (counted before the newline, as the daemon does): one batch;

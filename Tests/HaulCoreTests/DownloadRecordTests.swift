@@ -98,6 +98,11 @@ struct DownloadRecordTests {
         for fields in cases {
             var bytes: [UInt8] = []
             record.write(to: &bytes, fields: fields)
+            // A record made with those members only (a `queueAdd` answer with `fields`) writes
+            // the same bytes.
+            var made: [UInt8] = []
+            DownloadRecord(Self.awkward, only: fields).write(to: &made, fields: fields)
+            #expect(made == bytes, "\(fields)")
             let text = String(decoding: bytes, as: UTF8.self)
             let object = try #require(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any], "\(text)")
             #expect(Set(object.keys) == Set(fields.map(\.rawValue)), "\(text)")
@@ -117,6 +122,7 @@ struct DownloadRecordTests {
         #expect(String(decoding: bytes, as: UTF8.self) == "{}")
         let array = DownloadRecord.array([DownloadRecord(Self.info(id: 1)), DownloadRecord(Self.info(id: 2))], fields: [.id])
         #expect(String(decoding: array, as: UTF8.self) == #"[{"id":1},{"id":2}]"#)
+        #expect(DownloadRecord(Self.info(id: 1), only: [.id]).bytes == Array(#"{"id":1}"#.utf8), "nothing but the members asked for is written")
         #expect(String(decoding: DownloadRecord.array([], fields: nil), as: UTF8.self) == "[]")
     }
 
@@ -390,7 +396,11 @@ struct DownloadRecordTests {
             withMember(#""segments":[[5,1]]"#),
             withMember(#""segments":[[1]]"#),
             withMember(#""options":{"a":"1","a":"2"}"#),
-            answer(#""downloads":[{"id":1}]"#),
+            answer(#""downloads":[{"id":1},\#(record)]"#),
+            answer(#""downloads":[\#(record),{"id":1}]"#),
+            answer(#""downloads":[{"id":1.5}]"#),
+            answer(#""downloads":[{"gid":"00000000000000ab"}]"#),
+            answer(#""downloads":[{"id":1,"state":"paused"}]"#),
             answer(#""downloads":[\#(record.replacingOccurrences(of: #""gid":"""#, with: #""gid":null"#))]"#),
             answer(#""downloads":[\#(record.replacingOccurrences(of: #""state":"paused""#, with: #""state":"sleeping""#))]"#),
         ]
@@ -400,6 +410,26 @@ struct DownloadRecordTests {
             let slow = try? Self.decoder.decode(DaemonServerLine.self, from: Data(line))
             #expect(line.withUnsafeBytes { DaemonServerLine.decode(line: $0) } == slow, "\(text)")
         }
+    }
+
+    @Test("An answer of projected downloads (queueAdd with fields) reads as their ids, by Haul's reader and JSONDecoder alike; whole ones stay whole")
+    func projectedAnswers() throws {
+        func answer(_ downloads: String) -> [UInt8] { Array(#"{"response":{"id":4,"downloads":\#(downloads)}}"#.utf8) }
+        let ids = answer("[" + (1...500).map { #"{"id":\#($0)}"# }.joined(separator: ",") + "]")
+        let fast = try #require(DaemonServerLine.downloadList(line: ids))
+        let slow = try Self.decoder.decode(DaemonServerLine.self, from: Data(ids))
+        #expect(fast == slow)
+        #expect(fast.response?.downloadIDs == Array(1...500) && fast.response?.downloads == nil)
+        // More members than the id: JSONDecoder's, the ids all the same.
+        let more = answer(#"[{"id":7,"state":"paused"},{"state":"active","id":8}]"#)
+        #expect(try Self.decoder.decode(DaemonServerLine.self, from: Data(more)).response?.downloadIDs == [7, 8])
+        #expect(more.withUnsafeBytes { DaemonServerLine.decode(line: $0) }?.response?.downloadIDs == [7, 8])
+        // Whole records: `downloads`, no ids beside them.
+        let whole = try Self.answerLine([Self.info(id: 1), Self.info(id: 2)])
+        #expect(whole.withUnsafeBytes { DaemonServerLine.decode(line: $0) }?.response?.downloads?.map(\.id) == [1, 2])
+        #expect(whole.withUnsafeBytes { DaemonServerLine.decode(line: $0) }?.response?.downloadIDs == nil)
+        // Neither whole nor with an id: the line is not an answer one can read.
+        #expect(answer(#"[{"state":"paused"}]"#).withUnsafeBytes { DaemonServerLine.decode(line: $0) } == nil)
     }
 
     @Test("A download's change written from its record reads back, by Haul's reader and JSONDecoder alike, as the event JSONEncoder writes; what the reader does not take exactly, it leaves")

@@ -412,6 +412,15 @@ struct DaemonProcessTests {
         #expect(String(decoding: raw, as: UTF8.self).contains(#"{"state":"paused","id":1}"#))
         client.sendRaw(Array(#"{"id":8,"method":"queueList","fields":["status"]}\#n"#.utf8))
         #expect(await client.readLine()?.response?.error?.contains("unknown field 'status'") == true)
+        // A batch added with `fields`: its answer holds those members of each, in the asked order.
+        client.sendRaw(Array(#"{"id":10,"method":"queueAdd","downloads":[{"urls":["http://127.0.0.1:9/p1.bin"],"paused":true},{"urls":["http://127.0.0.1:9/p2.bin"],"paused":true}],"fields":["state","id"]}\#n"#.utf8))
+        let addedRaw = String(decoding: try #require(await client.readRawLine()), as: UTF8.self)
+        #expect(addedRaw.contains(#""downloads":[{"state":"paused","id":26},{"state":"paused","id":27}]"#), "\(addedRaw)")
+        let addedIDs = try await client.request(DaemonRequest(.queueAdd(.batch([NewDownload(urls: [URL(string: "http://127.0.0.1:9/p3.bin")!], paused: true)], fields: [.id]))))
+        #expect(addedIDs.downloadIDs == [28] && addedIDs.downloads == nil)
+        client.sendRaw(Array(#"{"id":11,"method":"queueAdd","downloads":[{"urls":["http://127.0.0.1:9/p4.bin"]}],"fields":["colour"]}\#n"#.utf8))
+        #expect(await client.readLine()?.response?.error?.contains("unknown field 'colour'") == true, "refused before anything is added")
+        for id: Int64 in [26, 27, 28] { _ = try await client.request(DaemonRequest(.queueRemove(.one(id)))) }
         // A page of up to 100 is answered on the event loop, a whole list through a task (hauld's
         // DaemonConnectionHandler.listsAnsweredAtOnce): the same answer.
         client.sendRaw(Array(#"{"id":9,"method":"queueList","limit":100}\#n"#.utf8))

@@ -59,6 +59,9 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
     public var processID: Int32?
     public var download: QueuedDownloadInfo?
     public var downloads: [QueuedDownloadInfo]?
+    /// The ids of `downloads` when they came projected to some fields (`queueAdd` with
+    /// `fields`, e.g. `["id"]`), not whole: then `downloads` is `nil`. Read, never sent.
+    public var downloadIDs: [Int64]?
     public var settings: QueueSettings?
     public var count: Int?
     /// With `queueList`: how many downloads match the filter (all pages).
@@ -83,6 +86,39 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
     enum CodingKeys: String, CodingKey {
         case id, error, taskID, tasks, resumeData, processID, download, downloads, settings, count, total, webURL
         case rpcURL, rpcSecret, fleet, daemonName, store
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.id = try container.decode(Int.self, forKey: .id)
+        self.error = try container.decodeIfPresent(String.self, forKey: .error)
+        self.taskID = try container.decodeIfPresent(Int64.self, forKey: .taskID)
+        self.tasks = try container.decodeIfPresent([DaemonTaskSnapshot].self, forKey: .tasks)
+        self.resumeData = try container.decodeIfPresent(Data.self, forKey: .resumeData)
+        self.processID = try container.decodeIfPresent(Int32.self, forKey: .processID)
+        self.download = try container.decodeIfPresent(QueuedDownloadInfo.self, forKey: .download)
+        do {
+            self.downloads = try container.decodeIfPresent([QueuedDownloadInfo].self, forKey: .downloads)
+        } catch {
+            // Projected records (an answer asked with `fields`): their ids, or the error of
+            // the whole records when they hold none.
+            guard let projected = try? container.decode([ProjectedDownload].self, forKey: .downloads) else { throw error }
+            self.downloadIDs = projected.map(\.id)
+        }
+        self.settings = try container.decodeIfPresent(QueueSettings.self, forKey: .settings)
+        self.count = try container.decodeIfPresent(Int.self, forKey: .count)
+        self.total = try container.decodeIfPresent(Int.self, forKey: .total)
+        self.webURL = try container.decodeIfPresent(String.self, forKey: .webURL)
+        self.rpcURL = try container.decodeIfPresent(String.self, forKey: .rpcURL)
+        self.rpcSecret = try container.decodeIfPresent(String.self, forKey: .rpcSecret)
+        self.fleet = try container.decodeIfPresent([DaemonPresence].self, forKey: .fleet)
+        self.daemonName = try container.decodeIfPresent(String.self, forKey: .daemonName)
+        self.store = try container.decodeIfPresent(String.self, forKey: .store)
+    }
+
+    /// A download of an answer asked with `fields` that include `id`.
+    private struct ProjectedDownload: Decodable {
+        var id: Int64
     }
 }
 

@@ -33,7 +33,8 @@ extension DaemonRequest {
     ///
     /// Taken: an object with an integer `id`, `method` `"queueAdd"` and a `downloads` array of
     /// objects, each with `urls` (strings that parse as URLs) and any of the other members of
-    /// ``NewDownload`` with a value of their type or `null`. Not taken (left to `JSONDecoder`,
+    /// ``NewDownload`` with a value of their type or `null`; optionally `fields`, names of
+    /// ``DownloadField``s (or `null`). Not taken (left to `JSONDecoder`,
     /// which ignores unknown members): a member it does not know, a member named twice, a
     /// number that is not a whole one within range, a value of another type.
     public static func batchAdd(line bytes: some Collection<UInt8>) -> DaemonRequest? {
@@ -41,6 +42,7 @@ extension DaemonRequest {
         var id: Int?
         var isQueueAdd = false
         var downloads: [NewDownload]?
+        var fields: [DownloadField]?
         for (name, member) in members {
             switch name {
             case "id":
@@ -57,12 +59,22 @@ extension DaemonRequest {
                     batch.append(download)
                 }
                 downloads = batch
+            case "fields":
+                guard member != .null else { continue }
+                // An unknown name is JSONDecoder's to word.
+                guard let names = member.arrayValue else { return nil }
+                var parsed: [DownloadField] = []
+                for name in names {
+                    guard let field = name.stringValue.flatMap(DownloadField.init(rawValue:)) else { return nil }
+                    parsed.append(field)
+                }
+                fields = parsed
             default:
                 return nil
             }
         }
         guard let id, isQueueAdd, let downloads else { return nil }
-        return DaemonRequest(id: id, .queueAdd(.batch(downloads)))
+        return DaemonRequest(id: id, .queueAdd(.batch(downloads, fields: fields)))
     }
 }
 
@@ -110,7 +122,7 @@ extension DaemonRequest {
     /// batch written with ``JSONWriter`` (what ``batchAdd(line:)`` reads back), anything else
     /// with `JSONEncoder`. `JSONEncoder` took ~2 µs a download of `haul add`'s batch.
     public func encodedLine() throws -> [UInt8] {
-        guard case .queueAdd(.batch(let downloads)) = self.command else {
+        guard case .queueAdd(.batch(let downloads, let fields)) = self.command else {
             var line = Array(try JSONEncoder().encode(self))
             line.append(UInt8(ascii: "\n"))
             return line
@@ -123,7 +135,12 @@ extension DaemonRequest {
             if index > 0 { writer.append(UInt8(ascii: ",")) }
             download.write(to: &writer)
         }
-        writer.append(raw: "]}\n")
+        writer.append(UInt8(ascii: "]"))
+        if let fields {
+            writer.append(raw: #","fields":"#)
+            writer.append(strings: fields.lazy.map(\.rawValue))
+        }
+        writer.append(raw: "}\n")
         return writer.bytes
     }
 }
@@ -145,16 +162,24 @@ extension DaemonRequest {
     /// `downloads` split, in order, into as few consecutive batches as each fit one `queueAdd`
     /// line of at most `maximumLineLength` bytes before its newline (``encodedLine()``, whatever
     /// its `id`): one
-    /// batch when the whole list fits. The daemon adds each batch in one transaction.
+    /// batch when the whole list fits, each line asking for `fields` of the answer. The daemon
+    /// adds each batch in one transaction.
     ///
     /// - Throws: ``DownloadTooLong`` for a download that fits no line on its own.
     public static func addBatches(
         _ downloads: [NewDownload],
+        fields: [DownloadField]? = nil,
         maximumLineLength: Int = DaemonProtocol.maximumLineLength
     ) throws(DownloadTooLong) -> [ArraySlice<NewDownload>] {
         // The line around the downloads: {"id":N,"method":"queueAdd","downloads":[ … ]}, with
-        // room for the longest id; its newline is not counted (nor is it by the daemon).
-        let frame = #"{"id":,"method":"queueAdd","downloads":[]}"#.utf8.count + String(Int.max).utf8.count
+        // room for the longest id, and `fields` when asked for; its newline is not counted (nor
+        // is it by the daemon).
+        var fieldsMember = JSONWriter(capacity: 64)
+        if let fields {
+            fieldsMember.append(raw: #","fields":"#)
+            fieldsMember.append(strings: fields.lazy.map(\.rawValue))
+        }
+        let frame = #"{"id":,"method":"queueAdd","downloads":[]}"#.utf8.count + String(Int.max).utf8.count + fieldsMember.bytes.count
         var batches: [ArraySlice<NewDownload>] = []
         var start = 0
         var length = frame

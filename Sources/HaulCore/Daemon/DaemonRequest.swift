@@ -286,17 +286,25 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
     }
 
     /// `queueAdd`: one download (its fields beside the method; `url` is accepted for a single
-    /// URL) or a batch (`downloads`).
+    /// URL) or a batch (`downloads`), answered with every member of each download added or,
+    /// with `fields`, only those (as `queueList` takes them): `haul add` of a long list asks for
+    /// the ids alone.
     public enum QueueAdd: Codable, Sendable, Hashable {
         case one(NewDownload)
-        case batch([NewDownload])
+        case batch([NewDownload], fields: [DownloadField]? = nil)
 
-        enum CodingKeys: String, CodingKey { case downloads, url, urls }
+        enum CodingKeys: String, CodingKey { case downloads, url, urls, fields }
 
         public init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             if let batch = try container.decodeIfPresent([NewDownload].self, forKey: .downloads) {
-                self = .batch(batch)
+                var fields: [DownloadField]?
+                if let names = try container.decodeIfPresent([String].self, forKey: .fields) {
+                    do { fields = try DownloadField.parse(names) } catch {
+                        throw DecodingError.dataCorruptedError(forKey: .fields, in: container, debugDescription: "\(error)")
+                    }
+                }
+                self = .batch(batch, fields: fields)
             } else if !container.contains(.urls), let url = try container.decodeIfPresent(URL.self, forKey: .url) {
                 var download = try NewDownload(optionsFrom: decoder)
                 download.urls = [url]
@@ -310,9 +318,10 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
             switch self {
             case .one(let download):
                 try download.encode(to: encoder)
-            case .batch(let downloads):
+            case .batch(let downloads, let fields):
                 var container = encoder.container(keyedBy: CodingKeys.self)
                 try container.encode(downloads, forKey: .downloads)
+                try container.encodeIfPresent(fields, forKey: .fields)
             }
         }
     }

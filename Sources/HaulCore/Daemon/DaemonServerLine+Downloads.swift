@@ -21,7 +21,9 @@ extension DaemonServerLine {
     /// on the two cores the first of those downloads were fetched on.
     ///
     /// Taken: `{"response":{...}}` whose response has an integer `id`, a `downloads` array of
-    /// objects as ``DownloadRecord`` writes them (``QueuedDownloadInfo/init(record:)``), and
+    /// objects as ``DownloadRecord`` writes them (``QueuedDownloadInfo/init(record:)``) or
+    /// each with an integer `id` alone (an answer asked for `fields` `["id"]`: its
+    /// ``DaemonResponse/downloadIDs``), and
     /// optionally integer `total` and `count` and the queue's `settings` (as `queueList` answers).
     /// Not taken: any other member, a member named twice, a value of another type.
     public static func downloadList(line bytes: some Collection<UInt8>) -> DaemonServerLine? {
@@ -30,6 +32,7 @@ extension DaemonServerLine {
         else { return nil }
         var id: Int?
         var downloads: [QueuedDownloadInfo]?
+        var ids: [Int64]?
         var total: Int?
         var count: Int?
         var settings: QueueSettings?
@@ -44,22 +47,33 @@ extension DaemonServerLine {
                 taken = member == .null || settings != nil
             case "downloads":
                 guard let entries = member.arrayValue else { return nil }
-                var list: [QueuedDownloadInfo] = []
-                list.reserveCapacity(entries.count)
-                for entry in entries {
-                    guard let info = QueuedDownloadInfo(record: entry) else { return nil }
-                    list.append(info)
+                if let first = entries.first?.objectValue, first.count == 1 {
+                    var list: [Int64] = []
+                    list.reserveCapacity(entries.count)
+                    for entry in entries {
+                        guard let members = entry.objectValue, members.count == 1, members[0].0 == "id", case .integer(let id) = members[0].1 else { return nil }
+                        list.append(id)
+                    }
+                    ids = list
+                } else {
+                    var list: [QueuedDownloadInfo] = []
+                    list.reserveCapacity(entries.count)
+                    for entry in entries {
+                        guard let info = QueuedDownloadInfo(record: entry) else { return nil }
+                        list.append(info)
+                    }
+                    downloads = list
                 }
-                downloads = list
                 taken = true
             default:
                 taken = false
             }
             guard taken else { return nil }
         }
-        guard let id, let downloads else { return nil }
+        guard let id, downloads != nil || ids != nil else { return nil }
         var response = DaemonResponse(id: id)
         response.downloads = downloads
+        response.downloadIDs = ids
         response.total = total
         response.count = count
         response.settings = settings

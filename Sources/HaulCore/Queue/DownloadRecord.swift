@@ -19,10 +19,25 @@ public struct DownloadRecord: Sendable, Hashable {
     }
 
     public init(_ info: QueuedDownloadInfo) {
-        var writer = JSONWriter(capacity: 320)
+        self.init(info, wanted: .max)
+    }
+
+    /// The record of `info` with only the members of `fields` (in ``DownloadField`` order): for
+    /// an answer that asks for a few members of each of many downloads (`queueAdd` with
+    /// `fields`), nothing else written.
+    public init(_ info: QueuedDownloadInfo, only fields: [DownloadField]) {
+        var wanted: UInt32 = 0
+        for field in fields { wanted |= 1 << Self.index(field) }
+        self.init(info, wanted: wanted)
+    }
+
+    /// `wanted`: a bit for each field written, by field index.
+    private init(_ info: QueuedDownloadInfo, wanted: UInt32) {
+        var writer = JSONWriter(capacity: wanted == .max ? 320 : 32)
         var starts = [UInt32](repeating: 0, count: DownloadField.allCases.count)
         writer.append(UInt8(ascii: "{"))
         func member(_ field: DownloadField, _ value: (inout JSONWriter) -> Void) {
+            guard wanted & (1 << Self.index(field)) != 0 else { return }
             if writer.bytes.count > 1 { writer.append(UInt8(ascii: ",")) }
             starts[Self.index(field)] = UInt32(writer.bytes.count)
             writer.append(UInt8(ascii: "\""))

@@ -5,9 +5,14 @@ import HaulCore
 enum QueueRequestHandler {
     static func handle(_ command: DaemonRequest.Command, queue: DownloadQueue, connection: DaemonConnection, into response: inout DaemonResponse) async throws {
         switch command {
-        case .queueAdd(.batch(let downloads)):
+        case .queueAdd(.batch(let downloads, nil)):
             let added = try await queue.add(downloads)
             response.encodedDownloads = DownloadRecord.array(queue.records(of: added), fields: nil, capacity: added.count * 300)
+        case .queueAdd(.batch(let downloads, let fields?)):
+            // Only the members asked for, written from each download's info: no whole record
+            // is made (a list makes it when first asked).
+            let added = try await queue.add(downloads)
+            response.encodedDownloads = DownloadRecord.array(added.lazy.map { DownloadRecord($0, only: fields) }, fields: fields, capacity: added.count * 16 * fields.count)
         case .queueAdd(.one(let download)):
             response.download = try await queue.add(
                 urls: download.urls,

@@ -343,12 +343,22 @@ struct QueueCommandTests {
         #expect(listed.count == urls.count)
         #expect(zip(listed, urls).allSatisfy { $0.urls[0].absoluteString == $1 }, "added in the list's order")
 
+        // Without --dir: the summary names the queue's directory, where they went.
+        let short = directory.appendingPathComponent("short.txt")
+        try Data((0..<25).map { "http://127.0.0.1:9/s\($0).bin\n" }.joined().utf8).write(to: short)
+        let addedShort = try await cli.run(["add", "--paused", "-i", short.path])
+        let shortRows = try await cli.list().filter { $0.urls[0].lastPathComponent.hasPrefix("s") }
+        #expect(shortRows.count == 25 && Set(shortRows.map(\.directory)).count == 1)
+        #expect(addedShort.status == 0 && addedShort.standardOutput == "added 25 downloads (901…925) → \(shortRows[0].directory)\n", "\(addedShort.standardOutput) \(addedShort.standardError)")
+        let json = try await cli.run(["add", "--paused", "--json", "-i", short.path])
+        #expect(json.status == 0 && json.standardOutput.contains("\"urls\""), "--json prints whole downloads")
+
         let huge = directory.appendingPathComponent("huge.txt")
         try Data(("http://127.0.0.1:9/" + String(repeating: "h", count: DaemonProtocol.maximumLineLength) + "\n").utf8).write(to: huge)
         let refusedHuge = try await cli.run(["add", "--paused", "--dir", directory.path, "-i", huge.path])
         #expect(refusedHuge.status == 1)
         #expect(refusedHuge.standardError.contains("more than one request to hauld may carry") && refusedHuge.standardError.contains("nothing was added"), "\(refusedHuge.standardError)")
-        #expect(try await cli.list().count == 900, "the refused list added nothing")
+        #expect(try await cli.list().count == 950, "the refused list added nothing")
         _ = await daemon.terminate()
     }
 
