@@ -134,16 +134,18 @@ package final class DaemonLineConnection: Sendable {
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
         var searchFrom = 0
         while true {
-            // Every whole line read so far, in order.
-            while let newline = state.pending[searchFrom...].firstIndex(of: UInt8(ascii: "\n")) {
+            // Every whole line read so far, in order; the bytes of those read go in one step
+            // (line by line, a long run of events before the answer was moved once per line).
+            var lineStart = 0
+            defer { state.pending.removeSubrange(..<lineStart) }
+            while let newline = state.pending[max(searchFrom, lineStart)...].firstIndex(of: UInt8(ascii: "\n")) {
                 let response = state.pending.withUnsafeBytes { bytes in
-                    DaemonServerLine.decode(line: UnsafeRawBufferPointer(rebasing: bytes[..<newline]))?.response
+                    DaemonServerLine.decode(line: UnsafeRawBufferPointer(rebasing: bytes[lineStart..<newline]))?.response
                 }
-                state.pending.removeSubrange(...newline)
-                searchFrom = 0
+                lineStart = newline + 1
                 if let response, response.id == id { return response }
             }
-            searchFrom = state.pending.count
+            searchFrom = state.pending.count - lineStart
             let left = deadline - ContinuousClock.now
             guard left > .zero else { throw ConnectionLost(description: "hauld did not answer \(method.rawValue) within \(self.timeout)") }
             var poller = pollfd(fd: self.descriptor, events: Int16(POLLIN), revents: 0)

@@ -222,6 +222,35 @@ struct DaemonClientTests {
         #expect(try outcome.get().id == 1)
     }
 
+    @Test("The blocking client keeps what it read past an answer for the next call")
+    func linesKeepReadAhead() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let paths = DaemonPaths(dataDirectory: directory, runtimeDirectory: directory)
+        let listener = try Self.listening(at: paths.socketPath)
+        defer { Self.stop(listener, at: paths.socketPath) }
+        // Both answers (an event between them) in one write, after the first request; the
+        // connection closed after the second request: an answer not kept is never read.
+        Thread {
+            let connection = accept(listener, nil, nil)
+            guard connection >= 0 else { return }
+            defer { close(connection) }
+            var byte: UInt8 = 0
+            while read(connection, &byte, 1) == 1, byte != UInt8(ascii: "\n") {}
+            let lines: [String] = [#"{"response":{"id":1,"count":1}}"#, #"{"event":{"kind":"progress","taskID":7}}"#, #"{"response":{"id":2,"count":2}}"#]
+            let bytes = Array(lines.map { $0 + "\n" }.joined().utf8)
+            _ = bytes.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+            while read(connection, &byte, 1) == 1, byte != UInt8(ascii: "\n") {}
+        }.start()
+        let counts = await blocking { () -> [Int?] in
+            guard let connection = try? DaemonLineConnection.connectOnce(paths: paths, timeout: .seconds(5)) else { return [] }
+            defer { connection.close() }
+            return [(try? connection.call(DaemonRequest(.ping)))?.count, (try? connection.call(DaemonRequest(.ping)))?.count]
+        }
+        #expect(counts == [1, 2])
+    }
+
     @Test("The blocking client gives up on a daemon that does not answer, says which request, and its later calls fail at once")
     func linesTimeOut() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
