@@ -430,6 +430,9 @@ struct DownloadRecordTests {
         #expect(whole.withUnsafeBytes { DaemonServerLine.decode(line: $0) }?.response?.downloadIDs == nil)
         // Neither whole nor with an id: the line is not an answer one can read.
         #expect(answer(#"[{"state":"paused"}]"#).withUnsafeBytes { DaemonServerLine.decode(line: $0) } == nil)
+        // A whole record that does not read is not taken for a projected one.
+        let broken = String(decoding: DownloadRecord(Self.info(id: 3)).bytes, as: UTF8.self).replacingOccurrences(of: #""state":"paused""#, with: #""state":"sleeping""#)
+        #expect(answer("[\(broken)]").withUnsafeBytes { DaemonServerLine.decode(line: $0) } == nil)
     }
 
     @Test("A download's change written from its record reads back, by Haul's reader and JSONDecoder alike, as the event JSONEncoder writes; what the reader does not take exactly, it leaves")

@@ -100,9 +100,11 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
         do {
             self.downloads = try container.decodeIfPresent([QueuedDownloadInfo].self, forKey: .downloads)
         } catch {
-            // Projected records (an answer asked with `fields`): their ids, or the error of
-            // the whole records when they hold none.
-            guard let projected = try? container.decode([ProjectedDownload].self, forKey: .downloads) else { throw error }
+            // Projected records (an answer asked with `fields`): their ids. Whole ones that do
+            // not read (or ones without an id) keep their error.
+            guard let projected = try? container.decode([ProjectedDownload].self, forKey: .downloads),
+                !projected.contains(where: \.isWhole)
+            else { throw error }
             self.downloadIDs = projected.map(\.id)
         }
         self.settings = try container.decodeIfPresent(QueueSettings.self, forKey: .settings)
@@ -119,6 +121,11 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
     /// A download of an answer asked with `fields` that include `id`.
     private struct ProjectedDownload: Decodable {
         var id: Int64
+        /// Members every whole download has (``QueuedDownloadInfo``): both present, it is one.
+        private var urls: [String]?
+        private var state: String?
+
+        var isWhole: Bool { self.urls != nil && self.state != nil }
     }
 }
 
