@@ -86,6 +86,14 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
     // MARK: - Reading
 
     var bytesDone: Int64 { self.live.withLock { $0.bytesDone } }
+    /// Whether the whole body of a small download (at most ``smallBodyBytes``) is on disk: its
+    /// end follows at once and tells the same, so a report of its progress says nothing new.
+    var smallBodyIsComplete: Bool {
+        self.live.withLock { live in live.totalBytes.map { $0 <= Self.smallBodyBytes && live.bytesDone >= $0 } ?? false }
+    }
+    /// A body this small is placed as soon as it is written (a larger one may be verified
+    /// against a checksum first, and its last progress is shown meanwhile).
+    static let smallBodyBytes: Int64 = 1 << 20
     var totalBytes: Int64? { self.live.withLock { $0.totalBytes } }
     var currentURL: URL { self.live.withLock { $0.currentURL } }
     /// The server's name for the file (its `Content-Disposition`, else its URL's last

@@ -152,7 +152,11 @@ extension DownloadQueue {
             }
             return changed
         }
-        for running in changed { self.publish(.changed(Self.overlay(running.stored.info, live: running))) }
+        for running in changed {
+            let info = Self.overlay(running.stored.info, live: running)
+            // A small body already all on disk: its end, which follows, is what is heard.
+            if !Self.saysNothingNew(info) { self.publish(.changed(info)) }
+        }
     }
 
     /// How many ends a busy queue lets wait for one commit.

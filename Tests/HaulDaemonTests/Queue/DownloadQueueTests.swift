@@ -149,6 +149,34 @@ struct DownloadQueueTests {
         await harness.close()
     }
 
+    @Test("A subscriber hears a small download once waiting, then active (or not), then complete: no report of a body all on disk, none of a run waiting for its slot; a large one's progress in between")
+    func eventsOfSmallDownloads() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        // Two at a time: the runs started ahead of a slot wait for one (look-ahead).
+        _ = try await harness.queue.set("max-concurrent", to: "2")
+        var small: [Int64] = []
+        for index in 0..<12 {
+            small.append(try await harness.queue.add(urls: [server.url("/file/e\(index).bin?size=16384&seed=\(index)")]).id)
+        }
+        let large = try await harness.queue.add(urls: [server.url("/file/large.bin?size=2000000&seed=99&rate=2000000")]).id
+        for id in small + [large] { _ = try await harness.wait(for: id, .complete) }
+        func states(_ id: Int64) -> [QueuedDownloadInfo] {
+            harness.published.compactMap { if case .changed(let info) = $0, info.id == id { info } else { nil } }
+        }
+        for id in small {
+            let heard = states(id)
+            #expect(heard.filter { $0.state == .waiting }.count == 1 && heard.first?.state == .waiting, "\(id): \(heard.map(\.state))")
+            #expect(heard.filter { $0.state == .complete }.count == 1 && heard.last?.state == .complete)
+            // Active in between, or not at all when its slot came only as its body was all in.
+            #expect(!heard.dropFirst().dropLast().contains { $0.state != .active }, "\(id): \(heard.map(\.state))")
+            #expect(!heard.contains { $0.state == .active && $0.totalBytes == 16384 && $0.bytesDone == 16384 }, "\(id): a report of the whole body")
+        }
+        let progress = states(large).filter { $0.state == .active && $0.bytesDone > 0 && $0.bytesDone < 2_000_000 }
+        #expect(progress.count >= 2, "a large download's progress is heard: \(states(large).map(\.bytesDone))")
+        await harness.close()
+    }
+
     @Test("A batch the store cannot commit is written again change by change: every download completes once; nobody hears of a change that was not saved")
     func failedBatchIsReplayed() async throws {
         let server = try await FaultInjectingHTTPServer.start()
