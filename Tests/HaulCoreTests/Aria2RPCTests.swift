@@ -302,7 +302,7 @@ struct Aria2RPCTests {
     func notifications() {
         var tracker = Aria2NotificationTracker()
         tracker.seed(id: 1, gid: "g1", state: .paused)
-        var sent: [String?] = []
+        var sent: [[String]] = []
         sent.append(tracker.changed(id: 2, gid: "g2", state: .waiting))  // added: nothing
         sent.append(tracker.changed(id: 2, gid: "g2", state: .active))
         sent.append(tracker.changed(id: 2, gid: "g2", state: .active))  // progress: nothing
@@ -314,15 +314,22 @@ struct Aria2RPCTests {
         sent.append(tracker.changed(id: 1, gid: "g1", state: .active))
         sent.append(tracker.changed(id: 1, gid: "g1", state: .error))
         #expect(sent == [
-            nil, "aria2.onDownloadStart", nil, "aria2.onDownloadPause", nil, "aria2.onDownloadStart",
-            "aria2.onDownloadComplete", nil, "aria2.onDownloadStart", "aria2.onDownloadError",
+            [], ["aria2.onDownloadStart"], [], ["aria2.onDownloadPause"], [], ["aria2.onDownloadStart"],
+            ["aria2.onDownloadComplete"], [], ["aria2.onDownloadStart"], ["aria2.onDownloadError"],
         ])
         #expect(tracker.removed(id: 2) == nil)  // complete: already told
         _ = tracker.changed(id: 3, gid: "g3", state: .active)
         #expect(tracker.removed(id: 3)! == ("aria2.onDownloadStop", "g3"))
-        #expect(tracker.changed(id: 4, gid: "g4", state: .active) == "aria2.onDownloadStart")
-        #expect(tracker.changed(id: 4, gid: "g4", state: .removed) == "aria2.onDownloadStop")
+        #expect(tracker.changed(id: 4, gid: "g4", state: .active) == ["aria2.onDownloadStart"])
+        #expect(tracker.changed(id: 4, gid: "g4", state: .removed) == ["aria2.onDownloadStop"])
         #expect(tracker.removed(id: 4) == nil)
-        #expect(tracker.changed(id: 5, gid: "g5", state: .paused) == nil)  // added paused
+        #expect(tracker.changed(id: 5, gid: "g5", state: .paused).isEmpty)  // added paused
+        // Ended straight from waiting (never heard active): its start comes first, as in aria2.
+        #expect(tracker.changed(id: 6, gid: "g6", state: .waiting).isEmpty)
+        #expect(tracker.changed(id: 6, gid: "g6", state: .complete) == ["aria2.onDownloadStart", "aria2.onDownloadComplete"])
+        #expect(tracker.changed(id: 7, gid: "g7", state: .waiting).isEmpty)
+        #expect(tracker.changed(id: 7, gid: "g7", state: .error) == ["aria2.onDownloadStart", "aria2.onDownloadError"])
+        // Paused, then cancelled or resumed: no start that did not happen.
+        #expect(tracker.changed(id: 5, gid: "g5", state: .removed) == ["aria2.onDownloadStop"])
     }
 }

@@ -1,7 +1,9 @@
 /// Turns the queue's changes into aria2's notifications: `aria2.onDownloadStart` when a
 /// download becomes active (also after an unpause), `onDownloadPause`, `onDownloadStop` (removed),
 /// `onDownloadComplete` and `onDownloadError`, each once per change of state, in the order
-/// the changes happen. Progress within a state notifies nothing.
+/// the changes happen. Progress within a state notifies nothing. A download that ends straight
+/// from waiting (a small file's run can take its slot and finish between two changes the queue
+/// tells) ran all the same: `onDownloadStart` comes before its end, as aria2 sends it.
 ///
 /// A value type with no I/O: feed it every change, send what it answers.
 public struct Aria2NotificationTracker: Sendable {
@@ -19,13 +21,16 @@ public struct Aria2NotificationTracker: Sendable {
         self.known[id] = (gid, state)
     }
 
-    /// A download was added or changed: the notification to send, if its state changed into
-    /// one that has one. A download seen for the first time notifies only when it is active.
-    public mutating func changed(id: Int64, gid: String, state: QueuedDownloadState) -> String? {
+    /// A download was added or changed: the notifications to send, in order, if its state
+    /// changed into one that has one (and the start of one that ended straight from waiting). A
+    /// download seen for the first time notifies only when it is active.
+    public mutating func changed(id: Int64, gid: String, state: QueuedDownloadState) -> [String] {
         let previous = self.known.updateValue((gid, state), forKey: id)?.state
-        guard previous != state else { return nil }
-        if previous == nil, state != .active { return nil }
-        return Self.method(for: state)
+        guard previous != state else { return [] }
+        if previous == nil, state != .active { return [] }
+        guard let method = Self.method(for: state) else { return [] }
+        if previous == .waiting, state == .complete || state == .error { return ["aria2.onDownloadStart", method] }
+        return [method]
     }
 
     /// A download left the list: `onDownloadStop` with its gid when it was still in progress

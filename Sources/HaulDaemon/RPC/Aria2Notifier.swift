@@ -53,20 +53,21 @@ final class Aria2Notifier: Sendable {
     }
 
     private func handle(_ change: QueueChange) {
-        let (notification, listeners) = self.state.withLock { state -> ((String, String)?, [@Sendable (String) -> Void]) in
-            let notification: (String, String)?
+        let (notifications, listeners) = self.state.withLock { state -> ([(String, String)], [@Sendable (String) -> Void]) in
+            let notifications: [(String, String)]
             switch change {
             case .changed(let info):
-                notification = state.tracker.changed(id: info.id, gid: info.gid, state: info.state).map { ($0, info.gid) }
+                notifications = state.tracker.changed(id: info.id, gid: info.gid, state: info.state).map { ($0, info.gid) }
             case .removed(let id):
-                notification = state.tracker.removed(id: id).map { ($0.method, $0.gid) }
+                notifications = state.tracker.removed(id: id).map { [($0.method, $0.gid)] } ?? []
             case .settings:
-                notification = nil
+                notifications = []
             }
-            return (notification, notification == nil ? [] : Array(state.listeners.values))
+            return (notifications, notifications.isEmpty ? [] : Array(state.listeners.values))
         }
-        guard let (method, gid) = notification else { return }
-        let text = String(decoding: Aria2Envelope.notification(method, gid: gid).bytes, as: UTF8.self)
-        for listener in listeners { listener(text) }
+        for (method, gid) in notifications {
+            let text = String(decoding: Aria2Envelope.notification(method, gid: gid).bytes, as: UTF8.self)
+            for listener in listeners { listener(text) }
+        }
     }
 }
