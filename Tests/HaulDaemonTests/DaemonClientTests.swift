@@ -222,6 +222,36 @@ struct DaemonClientTests {
         #expect(try outcome.get().id == 1)
     }
 
+    @Test("An answer of megabytes, written in many pieces after an event line, reaches its call whole", arguments: Client.allCases)
+    func longAnswer(client: Client) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let paths = DaemonPaths(dataDirectory: directory, runtimeDirectory: directory)
+        let listener = try Self.listening(at: paths.socketPath)
+        defer { Self.stop(listener, at: paths.socketPath) }
+        let padding = String(repeating: "w", count: 3_000_000)
+        Thread {
+            let connection = accept(listener, nil, nil)
+            guard connection >= 0 else { return }
+            defer { close(connection) }
+            var byte: UInt8 = 0
+            while read(connection, &byte, 1) == 1, byte != UInt8(ascii: "\n") {}
+            let lines: [String] = [#"{"event":{"kind":"progress","taskID":7}}"#, #"{"response":{"id":1,"webURL":"\#(padding)"}}"#]
+            let bytes = Array(lines.map { $0 + "\n" }.joined().utf8)
+            // In pieces of 1,000 bytes, each its own write.
+            var sent = 0
+            while sent < bytes.count {
+                let written = bytes[sent..<min(sent + 1000, bytes.count)].withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+                guard written > 0 else { return }
+                sent += written
+            }
+            while read(connection, &byte, 1) == 1 {}
+        }.start()
+        let outcome = await blocking { Result { try client.call(DaemonRequest(.ping), paths: paths) } }
+        #expect(try outcome.get().webURL == padding)
+    }
+
     @Test("The blocking client keeps what it read past an answer for the next call")
     func linesKeepReadAhead() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
