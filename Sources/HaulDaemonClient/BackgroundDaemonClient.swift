@@ -8,7 +8,8 @@ import Synchronization
 /// socket. Requests are answered in order; events are handed to ``onEvent(_:)``'s handler on an
 /// event-loop thread, in the order the daemon sent them.
 ///
-/// `package`: the `haul` command talks to the daemon's queue through it too.
+/// `package`: the tests talk to the daemon through it too. The `haul` command, which asks and
+/// waits on one thread, uses ``DaemonLineConnection``.
 package final class BackgroundDaemonClient: Sendable {
     package struct Failure: Error, CustomStringConvertible {
         package var description: String

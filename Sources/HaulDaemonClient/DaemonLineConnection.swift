@@ -6,24 +6,30 @@ import Synchronization
 import Glibc
 #endif
 
-/// A blocking connection to `hauld` for commands that ask and print: each request is written
-/// and its answer read on the caller's thread, with plain system calls — no event loop, no
-/// threads. `haul ls`, `haul add` and the other one-shot commands use it; what follows events
-/// (`haul wait`, `haul watch`, a background session) uses ``BackgroundDaemonClient``.
+/// A blocking connection to `hauld` for the `haul` command: each request is written and its
+/// answer read on the caller's thread, with plain system calls — no event loop, no threads;
+/// events (after `queueSubscribe`) are read the same way, when the caller asks for them
+/// (``readEvents(timeout:)``), each handed to ``onEvent(_:)``'s handler. A background session
+/// of the library, whose events come while the app does other things, uses
+/// ``BackgroundDaemonClient``.
 ///
 /// Setting up SwiftNIO's event loops and a channel for one question cost `haul ls` about a
 /// quarter of its CPU (two threads started, a bootstrap and a handler pipeline, each of their
-/// types looked up by the Swift runtime for the first time).
+/// types looked up by the Swift runtime for the first time); `haul wait` handed each event from
+/// the loop's thread to its own.
 ///
 /// The protocol is the same JSON lines: requests are answered in order, so a call reads lines
-/// until the answer with its `id` (anything else — an event, a line it cannot read — is
-/// skipped). Calls from several threads take turns.
+/// until the answer with its `id`; an event meanwhile goes to the handler, a line it cannot
+/// read is skipped. Calls from several threads take turns.
 package final class DaemonLineConnection: Sendable {
     private struct State {
         var nextID = 1
         /// Bytes read after the last whole line.
         var pending: [UInt8] = []
         var isClosed = false
+        /// Gets every event read, in order (a field of a struct: see ``BackgroundDaemonClient``'s
+        /// handlers for why not a `Mutex` of its own).
+        var onEvent: (@Sendable (DaemonEvent) -> Void)?
     }
 
     private let descriptor: Int32
@@ -83,17 +89,52 @@ package final class DaemonLineConnection: Sendable {
             request.id = state.nextID
             state.nextID += 1
             let line = try request.lineForDaemon()
-            do {
+            let response = try self.whileOpen(&state) { state in
                 try self.write(line)
-                let response = try self.readResponse(id: request.id, method: request.method, state: &state)
-                if let error = response.error { throw BackgroundDaemonClient.Failure(description: error) }
-                return response
-            } catch let failure as ConnectionLost {
-                // Nothing more can be read in order on this connection.
-                state.isClosed = true
-                Glibc.shutdown(self.descriptor, Int32(SHUT_RDWR))
-                throw BackgroundDaemonClient.Failure(description: failure.description)
+                var answer: DaemonResponse?
+                let answered = try self.readLines(&state, until: .now + self.timeout, returnsWhenDrained: false) { line in
+                    guard let response = line.response, response.id == request.id else { return false }
+                    answer = response
+                    return true
+                }
+                guard answered, let answer else { throw ConnectionLost(description: "hauld did not answer \(request.method.rawValue) within \(self.timeout)") }
+                return answer
             }
+            if let error = response.error { throw BackgroundDaemonClient.Failure(description: error) }
+            return response
+        }
+    }
+
+    /// `handler` gets every event read from now on (while a call waits for its answer, and by
+    /// ``readEvents(timeout:)``), in the order the daemon sent them, on the reading thread, with
+    /// this connection's calls held: it must not call the connection.
+    package func onEvent(_ handler: @escaping @Sendable (DaemonEvent) -> Void) {
+        self.state.withLock { $0.onEvent = handler }
+    }
+
+    /// Reads the events that come within `timeout`, each to ``onEvent(_:)``'s handler: returns
+    /// as soon as some were read and no more bytes wait, or when the time is up.
+    ///
+    /// - Throws: ``BackgroundDaemonClient/Failure`` when the connection is gone (closed by the
+    ///   daemon, or by ``close()``).
+    package func readEvents(timeout: Duration) throws {
+        try self.state.withLock { state in
+            guard !state.isClosed else { throw BackgroundDaemonClient.Failure(description: "the connection to hauld is closed") }
+            try self.whileOpen(&state) { state in
+                _ = try self.readLines(&state, until: .now + timeout, returnsWhenDrained: true) { _ in false }
+            }
+        }
+    }
+
+    /// Runs `body`; a connection lost in it closes this one for good (nothing more can be read
+    /// in order) and is thrown as a ``BackgroundDaemonClient/Failure``.
+    private func whileOpen<T>(_ state: inout State, _ body: (inout State) throws -> T) throws -> T {
+        do {
+            return try body(&state)
+        } catch let failure as ConnectionLost {
+            state.isClosed = true
+            Glibc.shutdown(self.descriptor, Int32(SHUT_RDWR))
+            throw BackgroundDaemonClient.Failure(description: failure.description)
         }
     }
 
@@ -128,34 +169,49 @@ package final class DaemonLineConnection: Sendable {
         }
     }
 
-    /// Reads lines until the answer to request `id`.
-    private func readResponse(id: Int, method: DaemonRequest.Method, state: inout State) throws -> DaemonResponse {
-        let deadline = ContinuousClock.now + self.timeout
+    /// Reads whole lines, in order: an event to the handler, each line to `stop`, until `stop`
+    /// says so (`true`), `deadline` passes (`false`), or — `returnsWhenDrained` — some lines were
+    /// read and no more bytes wait (`false`). Bytes after the last line read stay for the next
+    /// reader.
+    private func readLines(
+        _ state: inout State,
+        until deadline: ContinuousClock.Instant,
+        returnsWhenDrained: Bool,
+        stop: (DaemonServerLine) -> Bool
+    ) throws -> Bool {
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
         var searchFrom = 0
+        var readAny = false
         while true {
             // Every whole line read so far, in order; the bytes of those read go in one step
             // (line by line, a long run of events before the answer was moved once per line).
             var lineStart = 0
             defer { state.pending.removeSubrange(..<lineStart) }
             while let newline = state.pending[max(searchFrom, lineStart)...].firstIndex(of: UInt8(ascii: "\n")) {
-                let response = state.pending.withUnsafeBytes { bytes in
-                    DaemonServerLine.decode(line: UnsafeRawBufferPointer(rebasing: bytes[lineStart..<newline]))?.response
+                let line = state.pending.withUnsafeBytes { bytes in
+                    DaemonServerLine.decode(line: UnsafeRawBufferPointer(rebasing: bytes[lineStart..<newline]))
                 }
                 lineStart = newline + 1
-                if let response, response.id == id { return response }
+                readAny = true
+                guard let line else { continue }
+                if let event = line.event { state.onEvent?(event) }
+                if stop(line) { return true }
             }
             searchFrom = state.pending.count - lineStart
-            let left = deadline - ContinuousClock.now
-            guard left > .zero else { throw ConnectionLost(description: "hauld did not answer \(method.rawValue) within \(self.timeout)") }
+            // Drained: nothing more waits to be read.
+            let wait = readAny && returnsWhenDrained ? Duration.zero : deadline - ContinuousClock.now
+            guard wait > .zero || (readAny && returnsWhenDrained) else { return false }
             var poller = pollfd(fd: self.descriptor, events: Int16(POLLIN), revents: 0)
-            let milliseconds = Int32(clamping: left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1)
+            let milliseconds = wait <= .zero ? 0 : Int32(clamping: wait.components.seconds * 1000 + wait.components.attoseconds / 1_000_000_000_000_000 + 1)
             let ready = poll(&poller, 1, milliseconds)
             if ready < 0 {
                 if errno == EINTR { continue }
                 throw ConnectionLost(description: "cannot read from hauld: \(String(cString: strerror(errno)))")
             }
-            if ready == 0 { continue }
+            if ready == 0 {
+                if readAny && returnsWhenDrained { return false }
+                continue
+            }
             let count = chunk.withUnsafeMutableBytes { recv(self.descriptor, $0.baseAddress!, $0.count, 0) }
             if count < 0 {
                 if errno == EINTR { continue }

@@ -252,6 +252,57 @@ struct DaemonClientTests {
         #expect(try outcome.get().webURL == padding)
     }
 
+    @Test("The blocking client hands events to its handler in order: those before an answer during the call, later ones when asked; it returns once they are read, after the time given when none come, and says when the daemon closed")
+    func linesReadEvents() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let paths = DaemonPaths(dataDirectory: directory, runtimeDirectory: directory)
+        let listener = try Self.listening(at: paths.socketPath)
+        defer { Self.stop(listener, at: paths.socketPath) }
+        @Sendable func event(_ taskID: Int) -> String { #"{"event":{"kind":"progress","taskID":\#(taskID)}}"# + "\n" }
+        Thread {
+            let connection = accept(listener, nil, nil)
+            guard connection >= 0 else { return }
+            func send(_ text: String) { _ = Array(text.utf8).withUnsafeBytes { write(connection, $0.baseAddress, $0.count) } }
+            var byte: UInt8 = 0
+            while read(connection, &byte, 1) == 1, byte != UInt8(ascii: "\n") {}
+            send(event(1) + #"{"response":{"id":1}}"# + "\n")
+            Thread.sleep(forTimeInterval: 0.3)
+            send(event(2) + event(3))
+            Thread.sleep(forTimeInterval: 1.0)
+            close(connection)
+        }.start()
+        let heard = Mutex<[Int64]>([])
+        let steps = await blocking { () -> [String] in
+            guard let connection = try? DaemonLineConnection.connectOnce(paths: paths, timeout: .seconds(5)) else { return ["no connection"] }
+            defer { connection.close() }
+            connection.onEvent { event in heard.withLock { $0.append(event.taskID ?? 0) } }
+            var steps: [String] = []
+            let answered = (try? connection.call(DaemonRequest(.ping)))?.id == 1
+            steps.append("answered \(answered), heard \(heard.withLock { $0 })")
+            var started = ContinuousClock.now
+            try? connection.readEvents(timeout: .seconds(3))
+            steps.append("heard \(heard.withLock { $0 }) within a second: \(ContinuousClock.now - started < .seconds(1))")
+            started = ContinuousClock.now
+            try? connection.readEvents(timeout: .milliseconds(200))
+            let waited = ContinuousClock.now - started
+            steps.append("nothing more, waited the time given: \(waited >= .milliseconds(200) && waited < .milliseconds(900))")
+            do {
+                try connection.readEvents(timeout: .seconds(3))
+                steps.append("no error")
+            } catch {
+                steps.append("\(error)")
+            }
+            return steps
+        }
+        #expect(steps.count == 4)
+        #expect(steps.first == "answered true, heard [1]")
+        #expect(steps.dropFirst().first == "heard [1, 2, 3] within a second: true")
+        #expect(steps.dropFirst(2).first == "nothing more, waited the time given: true")
+        #expect(steps.last?.contains("hauld closed the connection") == true, "\(steps)")
+    }
+
     @Test("The blocking client keeps what it read past an answer for the next call")
     func linesKeepReadAhead() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")

@@ -4,17 +4,11 @@ import HaulDaemonClient
 import HaulCore
 import Synchronization
 
-/// The `haul` side of the queue commands: one connection to `hauld`, requests answered in
-/// order. A command that asks and prints talks over a blocking connection
-/// (``DaemonLineConnection``: no event loop to set up); `wait` and `watch`, which follow events,
-/// over ``BackgroundDaemonClient`` (``connectForEvents(start:)``).
+/// The `haul` side of the queue commands: one blocking connection to `hauld`
+/// (``DaemonLineConnection``: no event loop to set up), requests answered in order, events for
+/// `wait` and `watch` read when they ask (``readEvents(timeout:)``).
 struct QueueClient {
-    private enum Connection {
-        case lines(DaemonLineConnection)
-        case events(BackgroundDaemonClient)
-    }
-
-    private let connection: Connection
+    private let connection: DaemonLineConnection
     let paths: DaemonPaths
 
     /// Connects to the daemon of this user (`HAUL_DATA_DIR` / `HAUL_RUNTIME_DIR` honoured).
@@ -22,29 +16,8 @@ struct QueueClient {
     /// - Parameter start: start hauld when none runs. When `false` and standard input is a
     ///   terminal, the user is asked; otherwise the command fails with how to start it.
     static func connect(start: Bool) throws -> QueueClient {
-        try Self.connect(start: start, once: { .lines(try DaemonLineConnection.connectOnce(paths: $0)) }, starting: { .lines(try DaemonLineConnection.connect(paths: $0)) })
-    }
-
-    /// ``connect(start:)`` for a command that subscribes to events (``subscribe(_:)``,
-    /// ``onClose(_:)``).
-    static func connectForEvents(start: Bool) throws -> QueueClient {
-        try Self.connect(start: start, once: { .events(try BackgroundDaemonClient.connectOnce(paths: $0)) }, starting: { .events(try BackgroundDaemonClient.connect(paths: $0)) })
-    }
-
-    /// A connection for events to the daemon of `paths` if one runs (none is started).
-    static func connectForEventsOnce(paths: DaemonPaths) throws -> QueueClient {
-        QueueClient(connection: .events(try BackgroundDaemonClient.connectOnce(paths: paths)), paths: paths)
-    }
-
-    private static func connect(
-        start: Bool,
-        once: (DaemonPaths) throws -> Connection,
-        starting: (DaemonPaths) throws -> Connection
-    ) throws -> QueueClient {
         let paths = DaemonPaths.fromEnvironment()
-        if let connection = try? once(paths) {
-            return QueueClient(connection: connection, paths: paths)
-        }
+        if let client = try? Self.connectOnce(paths: paths) { return client }
         var shouldStart = start
         if !shouldStart, isatty(STDIN_FILENO) == 1, isatty(STDERR_FILENO) == 1 {
             Terminal.writeError("hauld is not running. Start it now? [Y/n] ")
@@ -60,13 +33,18 @@ struct QueueClient {
             throw ExitStatus.generic
         }
         do {
-            let connection = try starting(paths)
+            let connection = try DaemonLineConnection.connect(paths: paths)
             Terminal.writeError("haul: started hauld (log: \(paths.logPath))\n")
             return QueueClient(connection: connection, paths: paths)
         } catch {
             Terminal.writeError("haul: cannot start hauld: \(error)\n")
             throw ExitStatus.generic
         }
+    }
+
+    /// A connection to the daemon of `paths` if one runs (none is started).
+    static func connectOnce(paths: DaemonPaths) throws -> QueueClient {
+        QueueClient(connection: try DaemonLineConnection.connectOnce(paths: paths), paths: paths)
     }
 
     /// Sends a request; a refusal becomes a message on standard error and exit status 1.
@@ -82,33 +60,23 @@ struct QueueClient {
     /// Sends a request and waits for its answer; a refusal is thrown
     /// (``BackgroundDaemonClient/Failure``), for the caller to word.
     func request(_ request: DaemonRequest) throws -> DaemonResponse {
-        switch self.connection {
-        case .lines(let connection): try connection.call(request)
-        case .events(let client): try client.call(request)
-        }
+        try self.connection.call(request)
     }
 
-    /// Subscribes to queue events; `handler` runs on a network thread, in order. Only on a
-    /// connection made by ``connectForEvents(start:)``.
+    /// Subscribes to queue events: `handler` gets each, in order, on the thread that reads them
+    /// (this one: while a call waits for its answer, and in ``readEvents(timeout:)``).
     func subscribe(_ handler: @escaping @Sendable (DaemonEvent) -> Void) throws {
-        guard case .events(let client) = self.connection else { preconditionFailure("events need QueueClient.connectForEvents") }
-        client.onEvent(handler)
+        self.connection.onEvent(handler)
         _ = try self.call(.queueSubscribe)
     }
 
-    /// `handler` runs once when the connection is gone. Only on a connection made by
-    /// ``connectForEvents(start:)``.
-    func onClose(_ handler: @escaping @Sendable () -> Void) {
-        guard case .events(let client) = self.connection else { preconditionFailure("events need QueueClient.connectForEvents") }
-        client.onClose(handler)
+    /// Reads the events that come within `timeout` seconds (returning once some were read and
+    /// no more wait). Throws when the connection is gone.
+    func readEvents(timeout: Double) throws {
+        try self.connection.readEvents(timeout: .milliseconds(Int64(timeout * 1000)))
     }
 
-    func close() {
-        switch self.connection {
-        case .lines(let connection): connection.close()
-        case .events(let client): client.close()
-        }
-    }
+    func close() { self.connection.close() }
 }
 
 /// Options every queue command shares.

@@ -4,9 +4,11 @@ import HaulDaemonClient
 import HaulCore
 import Synchronization
 
-/// Follows queue events: keeps the latest view of every download and wakes the caller on change.
-/// When hauld goes away (a restart, a crash), it connects again as soon as the daemon is back
-/// and starts over from a fresh list, so `haul wait` and `haul watch` outlive a daemon restart.
+/// Follows queue events: keeps the latest view of every download, read on the caller's thread
+/// when it waits for a change (``waitForChange(timeout:)``): no thread of its own, nothing handed
+/// from one thread to another for each event. When hauld goes away (a restart, a crash), it
+/// connects again as soon as the daemon is back and starts over from a fresh list, so `haul
+/// wait` and `haul watch` outlive a daemon restart.
 final class QueueFollower: Sendable {
     private struct State {
         var view = QueueView()
@@ -17,12 +19,11 @@ final class QueueFollower: Sendable {
     }
 
     private let state = Mutex(State())
-    private let changed = DispatchSemaphore(value: 0)
 
     /// Connects (starting hauld when `start`), subscribes, then reads the list: no change can
     /// fall between the two.
     init(start: Bool) throws {
-        let client = try QueueClient.connectForEvents(start: start)
+        let client = try QueueClient.connect(start: start)
         do {
             try self.attach(client)
         } catch {
@@ -39,29 +40,9 @@ final class QueueFollower: Sendable {
             state.view.beginAttach()
             state.isClosed = false
         }
-        client.onClose { [weak self] in
-            self?.state.withLock { $0.isClosed = true }
-            self?.changed.signal()
-        }
-        try client.subscribe { [weak self] event in
-            guard let self else { return }
-            self.state.withLock { state in
-                switch event.kind {
-                case .downloadChanged:
-                    if let download = event.download {
-                        state.view.changed(download)
-                        state.changedIDs.insert(download.id)
-                    }
-                case .downloadRemoved:
-                    if let id = event.downloadID {
-                        state.view.removed(id: id)
-                        state.changedIDs.insert(id)
-                    }
-                default: break
-                }
-            }
-            self.changed.signal()
-        }
+        // Events read while the list is asked for are applied first; the list does not
+        // overwrite what they told (``QueueView``).
+        try client.subscribe { [weak self] event in self?.apply(event) }
         let all = try client.call(.queueList(QueuePage())).downloads ?? []
         self.state.withLock { state in
             state.view.listed(all)
@@ -70,7 +51,24 @@ final class QueueFollower: Sendable {
             state.changedIDs.formUnion(state.view.removed)
             state.client = client
         }
-        self.changed.signal()
+    }
+
+    private func apply(_ event: DaemonEvent) {
+        self.state.withLock { state in
+            switch event.kind {
+            case .downloadChanged:
+                if let download = event.download {
+                    state.view.changed(download)
+                    state.changedIDs.insert(download.id)
+                }
+            case .downloadRemoved:
+                if let id = event.downloadID {
+                    state.view.removed(id: id)
+                    state.changedIDs.insert(id)
+                }
+            default: break
+            }
+        }
     }
 
     /// After the connection closed: waits up to `timeout` seconds for hauld to be back, then
@@ -80,7 +78,7 @@ final class QueueFollower: Sendable {
         let paths = DaemonPaths.fromEnvironment()
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
-            if let client = try? QueueClient.connectForEventsOnce(paths: paths) {
+            if let client = try? QueueClient.connectOnce(paths: paths) {
                 // Downloads seen before the restart stay known until the fresh list replaces them.
                 if (try? self.attach(client)) != nil { return true }
                 client.close()
@@ -90,17 +88,23 @@ final class QueueFollower: Sendable {
         return false
     }
 
-    /// Waits up to `timeout` seconds for a change; the changes signalled meanwhile are taken
-    /// together (each event signals once: a busy queue's thousands wake the caller once).
+    /// Waits up to `timeout` seconds for a change: returns once events were read and no more
+    /// wait (a busy queue's thousands are taken together), at once when changes wait to be
+    /// taken already, and when the connection closes.
     func waitForChange(timeout: Double) {
-        guard self.changed.wait(timeout: .now() + timeout) == .success else { return }
-        while self.changed.wait(timeout: .now()) == .success {}
+        let (client, waits) = self.state.withLock { state in (state.client, !state.isClosed && state.changedIDs.isEmpty) }
+        guard waits, let client else { return }
+        do {
+            try client.readEvents(timeout: timeout)
+        } catch {
+            self.state.withLock { $0.isClosed = true }
+        }
     }
 
     /// What changed since the last call (the first: everything listed): the downloads as they
     /// are now and those removed. Only these are copied out: a caller that kept a snapshot of
-    /// the whole view made the next event copy all of it (the view's storage was shared while
-    /// the network thread changed it), and looked at every download for each event.
+    /// the whole view made the next event copy all of it, and looked at every download for each
+    /// event.
     func takeChanges() -> (downloads: [QueuedDownloadInfo], removed: Set<Int64>, isClosed: Bool) {
         self.state.withLock { state in
             defer { state.changedIDs.removeAll(keepingCapacity: true) }
