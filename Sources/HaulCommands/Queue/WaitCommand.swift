@@ -43,7 +43,8 @@ final class QueueFollower: Sendable {
         // Events read while the list is asked for are applied first; the list does not
         // overwrite what they told (``QueueView``).
         try client.subscribe { [weak self] event in self?.apply(event) }
-        let all = try client.call(.queueList(QueuePage())).downloads ?? []
+        // Every state: a cancelled download is listed among the finished, as `haul ls` lists it.
+        let all = try client.call(.queueList(QueuePage(states: QueuedDownloadState.allCases))).downloads ?? []
         self.state.withLock { state in
             state.view.listed(all)
             // The list may differ from what was known before a reconnect: all of it is news.

@@ -706,20 +706,22 @@ public final class DownloadQueue: TransferOwner, Sendable {
         }
     }
 
-    /// The end of a cancelled download: its partial file goes, and its row either goes too or
-    /// stays as `removed` (until purged). Subscribers hear `removed` either way.
+    /// The end of a cancelled download: its partial file goes, and its row either goes too
+    /// (subscribers hear `removed`) or stays as `removed` until purged (they hear it changed, as
+    /// lists show it: among the finished).
     func discard(_ id: Int64, partialPath: String?, deleteRow: Bool) throws {
         if let partialPath { unlink(partialPath) }
         if deleteRow {
             try self.deleteDownload(id: id)
+            self.publish(.removed(id: id))
         } else {
-            try self.updateDownload(id: id) { download in
+            let updated = try self.updateDownload(id: id) { download in
                 download.state = .removed
                 download.bytesDone = 0
                 download.finishedAt = Date()
             }
+            if let updated { self.publish(.changed(self.info(for: updated))) } else { self.publish(.removed(id: id)) }
         }
-        self.publish(.removed(id: id))
     }
 
     /// Drops finished, failed and cancelled downloads from the history (their files stay).

@@ -149,6 +149,25 @@ struct DownloadQueueTests {
         await harness.close()
     }
 
+    @Test("A cancelled download stays listed, and subscribers hear it changed to removed; one dropped from the list, removed")
+    func cancelIsAChange() async throws {
+        let harness = try QueueHarness()
+        let kept = try await harness.queue.add(urls: [URL(string: "http://127.0.0.1:9/kept.bin")!], paused: true).id
+        let dropped = try await harness.queue.add(urls: [URL(string: "http://127.0.0.1:9/dropped.bin")!], paused: true).id
+        try await harness.queue.cancel(id: kept)
+        try await harness.queue.cancel(id: dropped, deleteFromList: true)
+        let heard = harness.published.compactMap { change -> String? in
+            switch change {
+            case .changed(let info) where info.id == kept || info.id == dropped: "\(info.id) \(info.state.rawValue)"
+            case .removed(let id): "\(id) gone"
+            default: nil
+            }
+        }
+        #expect(heard == ["\(kept) paused", "\(dropped) paused", "\(kept) removed", "\(dropped) gone"])
+        #expect(try await harness.queue.download(id: kept).state == .removed)
+        await harness.close()
+    }
+
     @Test("A subscriber hears a small download once waiting, then active (or not), then complete: no report of a body all on disk, none of a run waiting for its slot; a large one's progress in between")
     func eventsOfSmallDownloads() async throws {
         let server = try await FaultInjectingHTTPServer.start()

@@ -312,13 +312,22 @@ struct QueueCommandTests {
         #expect(again.status == 1 && again.standardError.contains("download 1 is removed; use 'haul rm 1'"), "\(again.standardError)")
         let resumed = try await cli.run(["resume", "1"])
         #expect(resumed.status == 1 && resumed.standardError.contains("no download with id 1"), "\(resumed.standardError)")
+        // Waiting for it ends at once: it was cancelled (status 1, as for a failure).
+        let waited = try await cli.run(["wait", "-q", "1"], timeout: .seconds(20))
+        #expect(waited.status == 1 && waited.standardOutput == "1 removed \n", "\(waited.standardOutput) \(waited.standardError)")
+        // Cancelled while a follower listens: it hears it change, and keeps it (as `haul ls` lists it).
+        async let watching = cli.run(["wait", "3"], timeout: .seconds(20))
+        try await Task.sleep(for: .milliseconds(500))
+        _ = try await cli.run(["cancel", "3"])
+        let watched = try await watching
+        #expect(watched.status == 1 && watched.standardOutput.contains("3 removed"), "\(watched.standardOutput) \(watched.standardError)")
 
         let dropped = try await cli.run(["rm", "1"])
         #expect(dropped.status == 0 && dropped.standardOutput == "removed 1\n", "\(dropped.standardOutput) \(dropped.standardError)")
         #expect(try await cli.list().map(\.id) == [2, 3])
         let purged = try await cli.run(["purge"])
-        #expect(purged.standardOutput == "purged 1 download\n", "\(purged.standardOutput)")
-        #expect(try await cli.list().map(\.id) == [3])
+        #expect(purged.standardOutput == "purged 2 downloads\n", "\(purged.standardOutput)")
+        #expect(try await cli.list().isEmpty)
         _ = await daemon.terminate()
     }
 
