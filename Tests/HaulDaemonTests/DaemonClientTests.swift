@@ -8,6 +8,19 @@ import Testing
 import Glibc
 #endif
 
+/// A private directory for a fake daemon's socket, removed by ``remove()``.
+struct ScratchDirectory {
+    let directory: URL
+    var paths: DaemonPaths { DaemonPaths(dataDirectory: self.directory, runtimeDirectory: self.directory) }
+
+    init() throws {
+        self.directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: self.directory, withIntermediateDirectories: true)
+    }
+
+    func remove() { try? FileManager.default.removeItem(at: self.directory) }
+}
+
 @Suite("The daemon client")
 struct DaemonClientTests {
     /// A Unix socket listening at `path`.
@@ -75,10 +88,9 @@ struct DaemonClientTests {
 
     @Test("A connection the daemon closes at once fails each request at once, not after the 30 s answer timeout", arguments: Client.allCases)
     func closedRightAfterAccept(client: Client) async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let paths = DaemonPaths(dataDirectory: directory, runtimeDirectory: directory)
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let paths = scratch.paths
         let stop = try Self.acceptAndClose(at: paths.socketPath)
         defer { stop() }
         for _ in 0..<20 {
@@ -179,10 +191,9 @@ struct DaemonClientTests {
 
     @Test("The event handler is called the same way for the thousandth event as for the first (no thunk more for each event heard)")
     func eventHandlerDepthStaysFlat() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let paths = DaemonPaths(dataDirectory: directory, runtimeDirectory: directory)
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let paths = scratch.paths
         let count = 2000
         let stop = try Self.answerAfterEvents(at: paths.socketPath, events: count)
         defer { stop() }
@@ -211,10 +222,9 @@ struct DaemonClientTests {
 
     @Test("The blocking client reads past events and lines it cannot read to its answer, however the bytes come")
     func linesSkipEvents() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let paths = DaemonPaths(dataDirectory: directory, runtimeDirectory: directory)
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let paths = scratch.paths
         // 2,000 event lines (~120 KB: more than one read) before the answer.
         let stop = try Self.answerAfterEvents(at: paths.socketPath, events: 2000)
         defer { stop() }
@@ -224,10 +234,9 @@ struct DaemonClientTests {
 
     @Test("An answer of megabytes, written in many pieces after an event line, reaches its call whole", arguments: Client.allCases)
     func longAnswer(client: Client) async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let paths = DaemonPaths(dataDirectory: directory, runtimeDirectory: directory)
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let paths = scratch.paths
         let listener = try Self.listening(at: paths.socketPath)
         defer { Self.stop(listener, at: paths.socketPath) }
         let padding = String(repeating: "w", count: 3_000_000)
@@ -254,10 +263,9 @@ struct DaemonClientTests {
 
     @Test("The blocking client hands events to its handler in order: those before an answer during the call, later ones when asked; it returns once they are read, after the time given when none come, and says when the daemon closed")
     func linesReadEvents() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let paths = DaemonPaths(dataDirectory: directory, runtimeDirectory: directory)
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let paths = scratch.paths
         let listener = try Self.listening(at: paths.socketPath)
         defer { Self.stop(listener, at: paths.socketPath) }
         @Sendable func event(_ taskID: Int) -> String { #"{"event":{"kind":"progress","taskID":\#(taskID)}}"# + "\n" }
@@ -305,10 +313,9 @@ struct DaemonClientTests {
 
     @Test("The blocking client keeps what it read past an answer for the next call")
     func linesKeepReadAhead() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let paths = DaemonPaths(dataDirectory: directory, runtimeDirectory: directory)
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let paths = scratch.paths
         let listener = try Self.listening(at: paths.socketPath)
         defer { Self.stop(listener, at: paths.socketPath) }
         // Both answers (an event between them) in one write, after the first request; the
@@ -334,10 +341,9 @@ struct DaemonClientTests {
 
     @Test("The blocking client gives up on a daemon that does not answer, says which request, and its later calls fail at once")
     func linesTimeOut() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-client-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let paths = DaemonPaths(dataDirectory: directory, runtimeDirectory: directory)
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let paths = scratch.paths
         // Accepts and reads, never answers.
         let listener = try Self.listening(at: paths.socketPath)
         defer { Self.stop(listener, at: paths.socketPath) }
