@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import HaulCore
 import Synchronization
 
@@ -170,12 +171,22 @@ extension TransferStore: SoleWriterQueueStore {
         return download
     }
 
+    /// One transaction with prepared `BEGIN` and `COMMIT` (``batch(_:)``), its statement bound
+    /// and stepped straight on SQLite: a busy queue of small files promises three or four at a
+    /// time, and GRDB's transaction and argument checks cost more than SQLite's updates did
+    /// (callgrind, 1,000 × 16 KiB). One `UPDATE … FROM` a list of promises cost SQLite more per
+    /// row than an update each.
     public func promisePlacements(_ promises: [PlacementPromise]) throws {
         guard !promises.isEmpty else { return }
-        try self.write { db in
-            let statement = try db.cachedStatement(sql: "UPDATE \(StoredDownload.databaseTableName) SET finalPath = ?, totalBytes = ? WHERE id = ?")
-            for promise in promises {
-                try statement.execute(arguments: [promise.path, promise.totalBytes, promise.id])
+        try self.batch {
+            try self.write(oneStatement: true) { db in
+                let statement = try db.cachedStatement(sql: "UPDATE \(StoredDownload.databaseTableName) SET finalPath = ?, totalBytes = ? WHERE id = ?")
+                for promise in promises {
+                    try StoredValue.text(promise.path).bind(to: statement.sqliteStatement, at: 1)
+                    try StoredValue.integer(promise.totalBytes).bind(to: statement.sqliteStatement, at: 2)
+                    try StoredValue.integer(promise.id).bind(to: statement.sqliteStatement, at: 3)
+                    try Self.step(statement, db)
+                }
             }
         }
     }

@@ -139,6 +139,28 @@ struct QueueStoreTests {
         #expect(try store.queueSettings() == settings)
     }
 
+    @Test("The embedded store's promises of where finished files go: each named row gets its path and length and nothing else, the rest are untouched, and a promise that names no row changes nothing")
+    func placementPromises() async throws {
+        let (opened, close) = try await Self.open(.sqlite)
+        defer { close() }
+        let store = try #require(opened as? TransferStore)
+        var rows = try store.insert((0..<5).map { Self.download("p\($0).bin") })
+        rows[1] = try #require(try store.updateDownload(id: rows[1].id!) { $0.state = .active })
+        let promises = [1, 2, 4].map { PlacementPromise(id: rows[$0].id!, path: "/srv/dl/p\($0) (promised).bin", totalBytes: Int64(1000 + $0)) }
+        try store.promisePlacements(promises + [PlacementPromise(id: 99_999, path: "/srv/dl/none.bin", totalBytes: 1)])
+        for (index, row) in rows.enumerated() {
+            let read = try #require(try store.download(id: row.id!))
+            var expected = row
+            if [1, 2, 4].contains(index) {
+                expected.finalPath = "/srv/dl/p\(index) (promised).bin"
+                expected.totalBytes = Int64(1000 + index)
+            }
+            #expect(read == expected, "row \(index)")
+        }
+        #expect(try store.download(id: 99_999) == nil)
+        try store.promisePlacements([])
+    }
+
     @Test("Thousands of downloads are listed in order, in pages, without holding them all", arguments: Engine.allCases)
     func manyDownloads(engine: Engine) async throws {
         let (store, close) = try await Self.open(engine)
