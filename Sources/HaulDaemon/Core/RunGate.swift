@@ -59,12 +59,27 @@ final class RunGate: Sendable {
         }
 
         /// Takes slots for the best-ranked waiters that fit, as long as any does.
+        ///
+        /// Runs on the transfer loop every time a run leaves: the waiters are looked at in place
+        /// (no copy of each), and a host is looked up once per pass (they mostly share one, and
+        /// each lookup hashes its name).
         mutating func admitWaiters() -> [Waiter] {
             var admitted: [Waiter] = []
-            while self.admitted < self.limits.maximumConcurrent {
+            while self.admitted < self.limits.maximumConcurrent, !self.waiters.isEmpty {
                 var best: Int?
-                for (index, waiter) in self.waiters.enumerated() where self.fits(waiter.entry.host) {
-                    if let current = best, !TransferScheduler.isWorse(self.waiters[current].entry, than: waiter.entry) { continue }
+                var roomy: String?
+                var full: String?
+                for index in self.waiters.indices {
+                    let host = self.waiters[index].entry.host
+                    if host == full { continue }
+                    if host != roomy {
+                        guard self.admittedPerHost[host, default: 0] < self.limits.maximumPerHost else {
+                            full = host
+                            continue
+                        }
+                        roomy = host
+                    }
+                    if let current = best, !TransferScheduler.isWorse(self.waiters[current].entry, than: self.waiters[index].entry) { continue }
                     best = index
                 }
                 guard let best else { break }
