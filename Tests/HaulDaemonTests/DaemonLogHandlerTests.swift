@@ -1,4 +1,5 @@
 import Foundation
+import HaulCore
 import HaulDaemon
 import Logging
 import Testing
@@ -61,5 +62,16 @@ struct DaemonLogHandlerTests {
         for line in lines {
             #expect(line.contains(" notice hauld: thread ") && line.hasSuffix(String(repeating: "x", count: 100)), "mixed line: \(line)")
         }
+    }
+
+    @Test("The service group names hauld's service by its description, \"hauld\": not by printing every property (the RPC secret among them), which took 26 M instructions of each start")
+    func serviceName() {
+        let directory = URL(fileURLWithPath: "/nonexistent/haul")
+        let service = DaemonService(
+            paths: DaemonPaths(dataDirectory: directory, runtimeDirectory: directory),
+            rpc: Aria2RPCServer.Configuration(secret: "s3cret-token"),
+            logger: Logger(label: "test")
+        )
+        #expect("\(service)" == "hauld")
     }
 }
