@@ -46,6 +46,42 @@ struct DaemonClientTests {
         unlink(path)
     }
 
+    /// A Unix socket at `path` whose first connection `serve` handles on a thread of its own,
+    /// as a daemon would; the connection is closed when `serve` returns. Returns how to stop it.
+    static func serveOnce(at path: String, _ serve: @escaping @Sendable (Int32) -> Void) throws -> () -> Void {
+        let listener = try Self.listening(at: path)
+        Thread {
+            let connection = accept(listener, nil, nil)
+            guard connection >= 0 else { return }
+            defer { close(connection) }
+            serve(connection)
+        }.start()
+        return { Self.stop(listener, at: path) }
+    }
+
+    /// Reads `connection` up to and with the end of a request line (false: it closed first).
+    @discardableResult
+    static func readRequestLine(_ connection: Int32) -> Bool {
+        var byte: UInt8 = 0
+        while read(connection, &byte, 1) == 1 {
+            if byte == UInt8(ascii: "\n") { return true }
+        }
+        return false
+    }
+
+    /// Writes `lines`, each ended by a newline, `piece` bytes per write (false: the peer went).
+    @discardableResult
+    static func write(_ lines: [String], to connection: Int32, piece: Int = .max) -> Bool {
+        let bytes = Array(lines.map { $0 + "\n" }.joined().utf8)
+        var sent = 0
+        while sent < bytes.count {
+            let written = bytes[sent..<min(sent + piece, bytes.count)].withUnsafeBytes { Glibc.write(connection, $0.baseAddress, $0.count) }
+            guard written > 0 else { return false }
+            sent += written
+        }
+        return true
+    }
+
     /// A Unix socket at `path` whose every connection is accepted and closed at once, as by a
     /// daemon killed right after accepting it. Returns how to stop it.
     static func acceptAndClose(at path: String) throws -> () -> Void {
@@ -168,25 +204,11 @@ struct DaemonClientTests {
     /// A Unix socket at `path` that answers its first connection's first request line with
     /// `events` event lines, then the answer. Returns how to stop it.
     static func answerAfterEvents(at path: String, events: Int) throws -> () -> Void {
-        let listener = try Self.listening(at: path)
-        let thread = Thread {
-            let connection = accept(listener, nil, nil)
-            guard connection >= 0 else { return }
-            var byte: UInt8 = 0
-            while read(connection, &byte, 1) == 1, byte != UInt8(ascii: "\n") {}
-            var lines = String(repeating: #"{"event":{"kind":"progress","taskID":7,"bytesOnDisk":1}}"# + "\n", count: events)
-            lines += #"{"response":{"id":1}}"# + "\n"
-            let bytes = Array(lines.utf8)
-            var sent = 0
-            while sent < bytes.count {
-                let written = bytes[sent...].withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
-                guard written > 0 else { break }
-                sent += written
-            }
-            close(connection)
+        try Self.serveOnce(at: path) { connection in
+            Self.readRequestLine(connection)
+            let event = #"{"event":{"kind":"progress","taskID":7,"bytesOnDisk":1}}"#
+            Self.write(Array(repeating: event, count: events) + [#"{"response":{"id":1}}"#], to: connection)
         }
-        thread.start()
-        return { Self.stop(listener, at: path) }
     }
 
     @Test("The event handler is called the same way for the thousandth event as for the first (no thunk more for each event heard)")
@@ -237,26 +259,15 @@ struct DaemonClientTests {
         let scratch = try ScratchDirectory()
         defer { scratch.remove() }
         let paths = scratch.paths
-        let listener = try Self.listening(at: paths.socketPath)
-        defer { Self.stop(listener, at: paths.socketPath) }
         let padding = String(repeating: "w", count: 3_000_000)
-        Thread {
-            let connection = accept(listener, nil, nil)
-            guard connection >= 0 else { return }
-            defer { close(connection) }
-            var byte: UInt8 = 0
-            while read(connection, &byte, 1) == 1, byte != UInt8(ascii: "\n") {}
-            let lines: [String] = [#"{"event":{"kind":"progress","taskID":7}}"#, #"{"response":{"id":1,"webURL":"\#(padding)"}}"#]
-            let bytes = Array(lines.map { $0 + "\n" }.joined().utf8)
-            // In pieces of 1,000 bytes, each its own write.
-            var sent = 0
-            while sent < bytes.count {
-                let written = bytes[sent..<min(sent + 1000, bytes.count)].withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
-                guard written > 0 else { return }
-                sent += written
-            }
-            while read(connection, &byte, 1) == 1 {}
-        }.start()
+        let stop = try Self.serveOnce(at: paths.socketPath) { connection in
+            Self.readRequestLine(connection)
+            // In pieces of 1,000 bytes, each its own write; then open until the client closes.
+            let lines = [#"{"event":{"kind":"progress","taskID":7}}"#, #"{"response":{"id":1,"webURL":"\#(padding)"}}"#]
+            guard Self.write(lines, to: connection, piece: 1000) else { return }
+            while Self.readRequestLine(connection) {}
+        }
+        defer { stop() }
         let outcome = await blocking { Result { try client.call(DaemonRequest(.ping), paths: paths) } }
         #expect(try outcome.get().webURL == padding)
     }
@@ -266,21 +277,15 @@ struct DaemonClientTests {
         let scratch = try ScratchDirectory()
         defer { scratch.remove() }
         let paths = scratch.paths
-        let listener = try Self.listening(at: paths.socketPath)
-        defer { Self.stop(listener, at: paths.socketPath) }
-        @Sendable func event(_ taskID: Int) -> String { #"{"event":{"kind":"progress","taskID":\#(taskID)}}"# + "\n" }
-        Thread {
-            let connection = accept(listener, nil, nil)
-            guard connection >= 0 else { return }
-            func send(_ text: String) { _ = Array(text.utf8).withUnsafeBytes { write(connection, $0.baseAddress, $0.count) } }
-            var byte: UInt8 = 0
-            while read(connection, &byte, 1) == 1, byte != UInt8(ascii: "\n") {}
-            send(event(1) + #"{"response":{"id":1}}"# + "\n")
+        @Sendable func event(_ taskID: Int) -> String { #"{"event":{"kind":"progress","taskID":\#(taskID)}}"# }
+        let stop = try Self.serveOnce(at: paths.socketPath) { connection in
+            Self.readRequestLine(connection)
+            Self.write([event(1), #"{"response":{"id":1}}"#], to: connection)
             Thread.sleep(forTimeInterval: 0.3)
-            send(event(2) + event(3))
+            Self.write([event(2), event(3)], to: connection)
             Thread.sleep(forTimeInterval: 1.0)
-            close(connection)
-        }.start()
+        }
+        defer { stop() }
         let heard = Mutex<[Int64]>([])
         let steps = await blocking { () -> [String] in
             guard let connection = try? DaemonLineConnection.connectOnce(paths: paths, timeout: .seconds(5)) else { return ["no connection"] }
@@ -316,21 +321,14 @@ struct DaemonClientTests {
         let scratch = try ScratchDirectory()
         defer { scratch.remove() }
         let paths = scratch.paths
-        let listener = try Self.listening(at: paths.socketPath)
-        defer { Self.stop(listener, at: paths.socketPath) }
         // Both answers (an event between them) in one write, after the first request; the
         // connection closed after the second request: an answer not kept is never read.
-        Thread {
-            let connection = accept(listener, nil, nil)
-            guard connection >= 0 else { return }
-            defer { close(connection) }
-            var byte: UInt8 = 0
-            while read(connection, &byte, 1) == 1, byte != UInt8(ascii: "\n") {}
-            let lines: [String] = [#"{"response":{"id":1,"count":1}}"#, #"{"event":{"kind":"progress","taskID":7}}"#, #"{"response":{"id":2,"count":2}}"#]
-            let bytes = Array(lines.map { $0 + "\n" }.joined().utf8)
-            _ = bytes.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
-            while read(connection, &byte, 1) == 1, byte != UInt8(ascii: "\n") {}
-        }.start()
+        let stop = try Self.serveOnce(at: paths.socketPath) { connection in
+            Self.readRequestLine(connection)
+            Self.write([#"{"response":{"id":1,"count":1}}"#, #"{"event":{"kind":"progress","taskID":7}}"#, #"{"response":{"id":2,"count":2}}"#], to: connection)
+            Self.readRequestLine(connection)
+        }
+        defer { stop() }
         let counts = await blocking { () -> [Int?] in
             guard let connection = try? DaemonLineConnection.connectOnce(paths: paths, timeout: .seconds(5)) else { return [] }
             defer { connection.close() }
