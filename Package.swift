@@ -146,6 +146,7 @@ let package = Package(
             name: "HaulDaemon",
             dependencies: [
                 "HaulCore",
+                "HaulDaemonClient",
                 "HaulEngine",
                 "HaulStore",
                 .product(name: "NIOCore", package: "swift-nio"),

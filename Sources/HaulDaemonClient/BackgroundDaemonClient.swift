@@ -154,31 +154,15 @@ package final class BackgroundDaemonClient: Sendable {
     }
 }
 
-/// Splits the daemon's byte stream into lines.
+/// Splits the daemon's byte stream into lines (``LineScanner``: each byte searched once however
+/// many reads a long answer takes; no limit on an answer's length).
 private struct LineDecoder: ByteToMessageDecoder {
     typealias InboundOut = ByteBuffer
 
-    /// Bytes after the reader index searched already: a long line (a list of thousands of
-    /// downloads) comes in many reads, and each byte is searched once, with `memchr` (the
-    /// buffer's view was searched a byte at a time from the line's start at every read: a
-    /// sixteenth of `haul wait`'s CPU, with 1,000 small files done).
-    private var searched = 0
+    private var scanner = LineScanner(maximumLength: .max)
 
     mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
-        let searched = self.searched
-        let offset = buffer.withUnsafeReadableBytes { bytes -> Int? in
-            guard bytes.count > searched, let start = bytes.baseAddress,
-                let newline = memchr(start + searched, Int32(UInt8(ascii: "\n")), bytes.count - searched)
-            else { return nil }
-            return start.distance(to: UnsafeRawPointer(newline))
-        }
-        guard let offset else {
-            self.searched = buffer.readableBytes
-            return .needMoreData
-        }
-        self.searched = 0
-        let line = buffer.readSlice(length: offset)!
-        buffer.moveReaderIndex(forwardBy: 1)
+        guard let line = try self.scanner.nextLine(in: &buffer) else { return .needMoreData }
         context.fireChannelRead(self.wrapInboundOut(line))
         return .continue
     }

@@ -1,5 +1,6 @@
 import Foundation
 import HaulCore
+import NIOCore
 import Synchronization
 
 #if canImport(Glibc)
@@ -25,7 +26,7 @@ package final class DaemonLineConnection: Sendable {
     private struct State {
         var nextID = 1
         /// Bytes read after the last whole line.
-        var pending: [UInt8] = []
+        var pending = ByteBuffer()
         var isClosed = false
         /// Gets every event read, in order (a field of a struct: see ``BackgroundDaemonClient``'s
         /// handlers for why not a `Mutex` of its own).
@@ -179,25 +180,16 @@ package final class DaemonLineConnection: Sendable {
         returnsWhenDrained: Bool,
         stop: (DaemonServerLine) -> Bool
     ) throws -> Bool {
-        var chunk = [UInt8](repeating: 0, count: 64 << 10)
-        var searchFrom = 0
+        // Each byte searched for a newline once, however many reads a long answer takes.
+        var scanner = LineScanner(maximumLength: .max)
         var readAny = false
         while true {
-            // Every whole line read so far, in order; the bytes of those read go in one step
-            // (line by line, a long run of events before the answer was moved once per line).
-            var lineStart = 0
-            defer { state.pending.removeSubrange(..<lineStart) }
-            while let newline = state.pending[max(searchFrom, lineStart)...].firstIndex(of: UInt8(ascii: "\n")) {
-                let line = state.pending.withUnsafeBytes { bytes in
-                    DaemonServerLine.decode(line: UnsafeRawBufferPointer(rebasing: bytes[lineStart..<newline]))
-                }
-                lineStart = newline + 1
+            while let bytes = try scanner.nextLine(in: &state.pending) {
                 readAny = true
-                guard let line else { continue }
+                guard let line = bytes.withUnsafeReadableBytes({ DaemonServerLine.decode(line: $0) }) else { continue }
                 if let event = line.event { state.onEvent?(event) }
                 if stop(line) { return true }
             }
-            searchFrom = state.pending.count - lineStart
             // Drained: nothing more waits to be read.
             let wait = readAny && returnsWhenDrained ? Duration.zero : deadline - ContinuousClock.now
             guard wait > .zero || (readAny && returnsWhenDrained) else { return false }
@@ -212,13 +204,18 @@ package final class DaemonLineConnection: Sendable {
                 if readAny && returnsWhenDrained { return false }
                 continue
             }
-            let count = chunk.withUnsafeMutableBytes { recv(self.descriptor, $0.baseAddress!, $0.count, 0) }
+            // The lines read go in one step, before the next read (not one move per line).
+            state.pending.discardReadBytes()
+            var count = 0
+            state.pending.writeWithUnsafeMutableBytes(minimumWritableBytes: 64 << 10) { free in
+                count = recv(self.descriptor, free.baseAddress!, free.count, 0)
+                return max(count, 0)
+            }
             if count < 0 {
                 if errno == EINTR { continue }
                 throw ConnectionLost(description: "cannot read from hauld: \(String(cString: strerror(errno)))")
             }
             if count == 0 { throw ConnectionLost(description: "hauld closed the connection") }
-            state.pending.append(contentsOf: chunk[..<count])
         }
     }
 

@@ -1,7 +1,6 @@
+import HaulDaemonClient
 import NIOCore
 import Testing
-
-@testable import HaulDaemon
 
 @Suite("Request lines as reads arrive")
 struct LineScannerTests {

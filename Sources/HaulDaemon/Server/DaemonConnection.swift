@@ -1,5 +1,6 @@
 import Foundation
 import HaulCore
+import HaulDaemonClient
 import NIOCore
 import Synchronization
 
