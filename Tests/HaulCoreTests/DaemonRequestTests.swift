@@ -63,6 +63,14 @@ struct DaemonRequestTests {
         )
     }
 
+    @Test("queueSubscribe: every change by default, only finishes with events \"finished\"; another value is refused")
+    func subscriptionEvents() throws {
+        #expect(try self.decode(#"{"id":1,"method":"queueSubscribe"}"#).command == .queueSubscribe(.init()))
+        #expect(try self.decode(#"{"id":2,"method":"queueSubscribe","events":"finished"}"#).command == .queueSubscribe(.init(events: .finished)))
+        #expect(try self.decode(#"{"id":3,"method":"queueSubscribe","events":"all"}"#).command == .queueSubscribe(.init(events: .all)))
+        #expect(throws: DecodingError.self) { try self.decode(#"{"id":4,"method":"queueSubscribe","events":"some"}"#) }
+    }
+
     @Test("Every command round-trips through its JSON line")
     func roundTrip() throws {
         let url = URL(string: "http://127.0.0.1:8080/file")!
@@ -92,7 +100,7 @@ struct DaemonRequestTests {
             .queueSetURL(.init(downloadID: 12, url: url)),
             .queueSettings(nil), .queueSettings(.init(settingKey: "k", settingValue: "v")),
             .queueSetSpeedLimit(.init(downloadID: 13, speedLimit: 1000)),
-            .queueSubscribe,
+            .queueSubscribe(.init()), .queueSubscribe(.init(events: .finished)), .queueSubscribe(.init(events: .all)),
             .webUI,
             .rpcInfo,
             .fleetStatus,

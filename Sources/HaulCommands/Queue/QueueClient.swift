@@ -63,11 +63,13 @@ struct QueueClient {
         try self.connection.call(request)
     }
 
-    /// Subscribes to queue events: `handler` gets each, in order, on the thread that reads them
-    /// (this one: while a call waits for its answer, and in ``readEvents(timeout:)``).
-    func subscribe(_ handler: @escaping @Sendable (DaemonEvent) -> Void) throws {
+    /// Subscribes to queue events (`finishesOnly`: downloads that complete, fail or are
+    /// cancelled, and those dropped; ``DaemonRequest/QueueSubscription``): `handler` gets each,
+    /// in order, on the thread that reads them (this one: while a call waits for its answer, and
+    /// in ``readEvents(timeout:)``).
+    func subscribe(finishesOnly: Bool = false, _ handler: @escaping @Sendable (DaemonEvent) -> Void) throws {
         self.connection.onEvent(handler)
-        _ = try self.call(.queueSubscribe)
+        _ = try self.call(.queueSubscribe(.init(events: finishesOnly ? .finished : nil)))
     }
 
     /// Reads the events that come within `timeout` seconds (returning once some were read and

@@ -19,10 +19,15 @@ final class QueueFollower: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Whether it hears only finishes (downloads that complete, fail or are cancelled, and those
+    /// dropped), not every change: what `haul wait` without its live display needs, and cheaper
+    /// for a busy daemon.
+    private let finishesOnly: Bool
 
-    /// Connects (starting hauld when `start`), subscribes, then reads the list: no change can
-    /// fall between the two.
-    init(start: Bool) throws {
+    /// Connects (starting hauld when `start`), subscribes (to finishes only, with
+    /// `finishesOnly`), then reads the list: no change can fall between the two.
+    init(start: Bool, finishesOnly: Bool = false) throws {
+        self.finishesOnly = finishesOnly
         let client = try QueueClient.connect(start: start)
         do {
             try self.attach(client)
@@ -42,7 +47,7 @@ final class QueueFollower: Sendable {
         }
         // Events read while the list is asked for are applied first; the list does not
         // overwrite what they told (``QueueView``).
-        try client.subscribe { [weak self] event in self?.apply(event) }
+        try client.subscribe(finishesOnly: self.finishesOnly) { [weak self] event in self?.apply(event) }
         // Every state: a cancelled download is listed among the finished, as `haul ls` lists it.
         let all = try client.call(.queueList(QueuePage(states: QueuedDownloadState.allCases))).downloads ?? []
         self.state.withLock { state in
@@ -149,7 +154,9 @@ struct WaitCommand: ParsableCommand {
     func validate() throws { _ = try parseDownloadIDs(self.ids) }
 
     func run() throws {
-        let follower = try QueueFollower(start: self.connection.start)
+        let live = Terminal.isInteractive && !self.quiet
+        // Without the live display only the outcomes are shown: finishes are all it hears.
+        let follower = try QueueFollower(start: self.connection.start, finishesOnly: !live)
         defer { follower.close() }
         let first = follower.takeChanges()
         let requested = try parseDownloadIDs(self.ids)
@@ -160,7 +167,6 @@ struct WaitCommand: ParsableCommand {
         }
         let ids = requested.isEmpty ? first.downloads.filter(\.state.isInProgress).map(\.id) : requested
         let watched = Set(ids)
-        let live = Terminal.isInteractive && !self.quiet
         var drawnLines = 0
         var lastFrame = Date.distantPast
         var reported: Set<Int64> = []

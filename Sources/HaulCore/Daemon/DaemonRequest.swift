@@ -70,8 +70,9 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         case queueSettings(SettingChange?)
         /// Change a download's speed limit, at once when it runs; answers with `download`.
         case queueSetSpeedLimit(SetSpeedLimit)
-        /// Receive `downloadChanged` / `downloadRemoved` / `settingsChanged` events from now on.
-        case queueSubscribe
+        /// Receive `downloadChanged` / `downloadRemoved` / `settingsChanged` events from now on:
+        /// all of them, or only finishes (``QueueSubscription``).
+        case queueSubscribe(QueueSubscription)
         /// The web UI's address with its token (`webURL`).
         case webUI
         /// The aria2 RPC's endpoint and secret (`rpcURL`, `rpcSecret`).
@@ -388,6 +389,24 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         }
     }
 
+    /// `queueSubscribe`: which changes the connection hears from now on (`events`): every one
+    /// (the default), or only the finishes — downloads that complete, fail or are cancelled, and
+    /// those dropped from the list (`haul wait` without its live display). Hearing only
+    /// finishes costs the daemon less: a subscriber of every change makes it record each end at
+    /// once, so that starts are never heard before the ends whose slots they took.
+    public struct QueueSubscription: Codable, Sendable, Hashable {
+        public enum Events: String, Codable, Sendable, Hashable {
+            case all
+            case finished
+        }
+
+        public var events: Events?
+
+        public init(events: Events? = nil) {
+            self.events = events
+        }
+    }
+
     /// `queueSetSpeedLimit`: bytes per second, 0 for none.
     public struct SetSpeedLimit: Codable, Sendable, Hashable {
         public var downloadID: Int64
@@ -432,7 +451,7 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         case .queueSettings:
             self.command = .queueSettings(container.contains(.settingKey) ? try SettingChange(from: decoder) : nil)
         case .queueSetSpeedLimit: self.command = .queueSetSpeedLimit(try SetSpeedLimit(from: decoder))
-        case .queueSubscribe: self.command = .queueSubscribe
+        case .queueSubscribe: self.command = .queueSubscribe(try QueueSubscription(from: decoder))
         case .webUI: self.command = .webUI
         case .rpcInfo: self.command = .rpcInfo
         case .fleetStatus: self.command = .fleetStatus
@@ -459,7 +478,8 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         case .queueSetURL(let payload): try payload.encode(to: encoder)
         case .queueSettings(let payload): try payload?.encode(to: encoder)
         case .queueSetSpeedLimit(let payload): try payload.encode(to: encoder)
-        case .ping, .queuePurge, .queueSubscribe, .webUI, .rpcInfo, .fleetStatus: break
+        case .queueSubscribe(let payload): try payload.encode(to: encoder)
+        case .ping, .queuePurge, .webUI, .rpcInfo, .fleetStatus: break
         }
     }
 }

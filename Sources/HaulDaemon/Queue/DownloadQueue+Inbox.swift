@@ -117,7 +117,8 @@ extension DownloadQueue {
         // Subscribers hear of the ends before the starts that took their slots, as the core
         // decided them (a list of what is active never shows more than the limits allow).
         let held = starts.isEmpty ? [] : self.handleInBatch(starts, holdingChanges: !ends.isEmpty)
-        // While more events are on their way and nobody listens, the ends wait for the drain
+        // While more events are on their way and nobody listens to every change (a subscriber
+        // of finishes hears them when recorded), the ends wait for the drain
         // that finds the inbox quiet: one commit records the ends of many small files, where
         // each drain's few ends had one of their own (its fixed cost was a sixth of a small
         // file's CPU). A timer instead (record every 2 ms) saved as much CPU and let new runs
@@ -126,7 +127,7 @@ extension DownloadQueue {
         let quiet = self.inbox.withLock { $0.isQuiet }
         let (recordNow, listened) = self.state.withLock { state -> (Bool, Bool) in
             state.unrecordedEnds += ends
-            let listened = !state.subscribers.isEmpty
+            let listened = state.hearsEveryChange
             return (quiet || listened || state.unrecordedEnds.count >= Self.unrecordedEndsLimit, listened)
         }
         // Subscribers hear of every waiting end before the starts that took their slots.
@@ -142,7 +143,7 @@ extension DownloadQueue {
         guard !ids.isEmpty else { return }
         let changed = self.state.withLock { state -> [Running] in
             var changed: [Running] = []
-            let listened = !state.subscribers.isEmpty
+            let listened = state.hearsEveryChange
             for id in ids {
                 guard state.running[id]?.isAdmitted == false else { continue }
                 state.running[id]!.isAdmitted = true

@@ -10,3 +10,15 @@ public enum QueueChange: Sendable, Hashable {
     /// The global settings changed.
     case settings(QueueSettings)
 }
+
+extension QueueChange {
+    /// Whether a download reached the end of its life here: complete, failed or cancelled, or
+    /// gone from the list. What a subscriber of finishes only hears (``QueueSubscription/Events/finished``).
+    var isFinish: Bool {
+        switch self {
+        case .changed(let info): !info.state.isInProgress
+        case .removed: true
+        case .settings: false
+        }
+    }
+}

@@ -62,9 +62,9 @@ enum QueueRequestHandler {
             }
         case .queueSetSpeedLimit(let change):
             response.download = try await queue.setSpeedLimit(id: change.downloadID, bytesPerSecond: change.speedLimit)
-        case .queueSubscribe:
+        case .queueSubscribe(let subscription):
             guard connection.subscription.withLock({ $0 }) == nil else { return }
-            let id = queue.subscribe { [weak connection] change in
+            let id = queue.subscribe(finishesOnly: subscription.events == .finished) { [weak connection] change in
                 guard let connection else { return }
                 if case .changed(let info) = change { return connection.sendChange(info) }
                 connection.send(Self.event(for: change))

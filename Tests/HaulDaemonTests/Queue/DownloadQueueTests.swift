@@ -168,6 +168,46 @@ struct DownloadQueueTests {
         await harness.close()
     }
 
+    @Test("A subscriber of finishes hears only downloads that complete, fail or are cancelled, and those dropped, beside one of every change; nothing once it leaves")
+    func finishesOnlySubscriber() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        let finishes = Mutex<[QueueChange]>([])
+        let subscription = harness.queue.subscribe(finishesOnly: true) { change in finishes.withLock { $0.append(change) } }
+        var complete: [Int64] = []
+        for index in 0..<3 {
+            complete.append(try await harness.queue.add(urls: [server.url("/file/f\(index).bin?size=20000&seed=\(index)")]).id)
+        }
+        let failed = try await harness.queue.add(urls: [server.url("/status/404")]).id
+        let cancelled = try await harness.queue.add(urls: [URL(string: "http://127.0.0.1:9/cancelled.bin")!], paused: true).id
+        let dropped = try await harness.queue.add(urls: [URL(string: "http://127.0.0.1:9/dropped.bin")!], paused: true).id
+        _ = try await harness.queue.set("max-per-host", to: "3")
+        for id in complete { _ = try await harness.wait(for: id, .complete) }
+        _ = try await harness.wait(for: failed, .error)
+        try await harness.queue.cancel(id: cancelled)
+        try await harness.queue.cancel(id: dropped, deleteFromList: true)
+        // Heard on the queue's thread: what was published is in by the time a command there ends.
+        _ = try await harness.queue.download(id: cancelled)
+        let heard = finishes.withLock { $0 }.map { change -> String in
+            switch change {
+            case .changed(let info): "\(info.id) \(info.state.rawValue)"
+            case .removed(let id): "\(id) gone"
+            case .settings: "settings"
+            }
+        }
+        #expect(Set(heard) == Set(complete.map { "\($0) complete" } + ["\(failed) error", "\(cancelled) removed", "\(dropped) gone"]))
+        #expect(heard.count == 6, "each finish once, nothing else: \(heard)")
+        // The subscriber of every change beside it heard the rest too.
+        let all = harness.published.compactMap { if case .changed(let info) = $0 { "\(info.id) \(info.state.rawValue)" } else { nil } }
+        #expect(all.contains("\(complete[0]) waiting") && all.contains("\(cancelled) paused"))
+        #expect(harness.published.contains { if case .settings = $0 { true } else { false } })
+        harness.queue.unsubscribe(subscription)
+        let later = try await harness.queue.add(urls: [server.url("/file/later.bin?size=1000&seed=5")]).id
+        _ = try await harness.wait(for: later, .complete)
+        #expect(finishes.withLock { $0.count } == 6, "nothing heard after leaving")
+        await harness.close()
+    }
+
     @Test("A subscriber hears a small download once waiting, then active (or not), then complete: no report of a body all on disk, none of a run waiting for its slot; a large one's progress in between")
     func eventsOfSmallDownloads() async throws {
         let server = try await FaultInjectingHTTPServer.start()
