@@ -50,6 +50,12 @@ struct AddCommand: ParsableCommand {
     @Flag(name: .customLong("json"), help: "Print the added downloads as JSON.")
     var json = false
 
+    @Flag(
+        name: [.customShort("w"), .customLong("wait")],
+        help: "Then wait until they finish, printing a line for each as it completes or fails (as 'haul wait -q'); exit status 0 when every one completed, 1 otherwise."
+    )
+    var wait = false
+
     func validate() throws {
         if let maxConnections, !(1...64).contains(maxConnections) { throw ValidationError("-x takes a number from 1 to 64") }
         guard !self.urls.isEmpty || self.inputFile != nil else { throw ValidationError("give at least one URL, or -i FILE") }
@@ -63,6 +69,8 @@ struct AddCommand: ParsableCommand {
         if let limit, SpeedLimit.parse(limit) == nil {
             throw ValidationError("bad --limit '\(limit)': use a rate such as 500K or 2M")
         }
+        if self.wait, self.paused { throw ValidationError("--wait with --paused would wait for ever: a paused download does not finish") }
+        if self.wait, self.json { throw ValidationError("--wait prints a line for each download as it finishes; not with --json") }
         if let out, FileNaming.sanitize(out) != out {
             throw ValidationError("--out takes a plain file name, not '\(out)' (use --dir for the directory)")
         }
@@ -97,6 +105,10 @@ struct AddCommand: ParsableCommand {
         let texts = try self.urls + (self.inputFile.map(Self.urls(inInputFile:)) ?? [])
         let client = try QueueClient.connect(start: true)
         defer { client.close() }
+        // Subscribed before the add, on the same connection: every finish of the downloads is
+        // heard (while the add's answer is awaited, too), so no list is read afterwards. Only
+        // finishes: a subscriber of every change makes hauld record each end at once.
+        let follower = self.wait ? try QueueFollower(client: client, finishesOnly: true) : nil
         let directory = self.directory.map { path -> String in
             path.hasPrefix("/") ? path : URL(fileURLWithPath: path, relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath)).standardizedFileURL.path
         }
@@ -149,6 +161,10 @@ struct AddCommand: ParsableCommand {
             print("added \(addedIDs.count) downloads (\(first)…\(last)) → \(target)")
         } else {
             for download in added { print("added \(download.id): \(download.fileName ?? download.urls[0].absoluteString) → \(download.directory)") }
+        }
+        if let follower {
+            defer { follower.close() }
+            guard try WaitCommand.follow(addedIDs, known: [:], follower: follower, live: false) else { throw ExitStatus.generic }
         }
     }
 }

@@ -39,7 +39,16 @@ final class QueueFollower: Sendable {
         }
     }
 
-    private func attach(_ client: QueueClient) throws {
+    /// Follows on `client` (its caller's connection, whose later calls keep reading the events):
+    /// subscribes, and reads no list. For a caller that adds downloads after this: it hears
+    /// everything that happens to them (`haul add --wait`). After a reconnect the list is read,
+    /// as always.
+    init(client: QueueClient, finishesOnly: Bool) throws {
+        self.finishesOnly = finishesOnly
+        try self.attach(client, lists: false)
+    }
+
+    private func attach(_ client: QueueClient, lists: Bool = true) throws {
         // Open from here on: a close while subscribing or listing is not overwritten.
         self.state.withLock { state in
             state.view.beginAttach()
@@ -49,12 +58,14 @@ final class QueueFollower: Sendable {
         // overwrite what they told (``QueueView``).
         try client.subscribe(finishesOnly: self.finishesOnly) { [weak self] event in self?.apply(event) }
         // Every state: a cancelled download is listed among the finished, as `haul ls` lists it.
-        let all = try client.call(.queueList(QueuePage(states: QueuedDownloadState.allCases))).downloads ?? []
+        let all = lists ? try client.call(.queueList(QueuePage(states: QueuedDownloadState.allCases))).downloads ?? [] : nil
         self.state.withLock { state in
-            state.view.listed(all)
-            // The list may differ from what was known before a reconnect: all of it is news.
-            state.changedIDs.formUnion(state.view.downloads.keys)
-            state.changedIDs.formUnion(state.view.removed)
+            if let all {
+                state.view.listed(all)
+                // The list may differ from what was known before a reconnect: all of it is news.
+                state.changedIDs.formUnion(state.view.downloads.keys)
+                state.changedIDs.formUnion(state.view.removed)
+            }
             state.client = client
         }
     }
@@ -160,26 +171,35 @@ struct WaitCommand: ParsableCommand {
         defer { follower.close() }
         let first = follower.takeChanges()
         let requested = try parseDownloadIDs(self.ids)
-        var latest = Dictionary(first.downloads.map { ($0.id, $0) }, uniquingKeysWith: { _, new in new })
-        for id in requested where latest[id] == nil {
+        let known = Dictionary(first.downloads.map { ($0.id, $0) }, uniquingKeysWith: { _, new in new })
+        for id in requested where known[id] == nil {
             Terminal.writeError("haul: no download with id \(id) (see 'haul ls')\n")
             throw ExitStatus.generic
         }
         let ids = requested.isEmpty ? first.downloads.filter(\.state.isInProgress).map(\.id) : requested
+        guard try Self.follow(ids, known: known, follower: follower, live: live) else { throw ExitStatus.generic }
+    }
+
+    /// Follows downloads `ids` until each has finished (`known`: as they stand now; one not
+    /// known yet is in progress), printing a line for each as it finishes — or, `live`, a
+    /// progress display and the lines at the end. Outlives a restart of hauld (the follower
+    /// reconnects). Returns whether every one completed.
+    static func follow(_ ids: [Int64], known: [Int64: QueuedDownloadInfo], follower: QueueFollower, live: Bool) throws -> Bool {
+        var latest = known
         let watched = Set(ids)
         var drawnLines = 0
         var lastFrame = Date.distantPast
         var reported: Set<Int64> = []
         var pending: Set<Int64> = []
-        /// Where download `id` stands now: still pending, or done (reported once).
+        /// Where download `id` stands now: still pending (in progress, or nothing heard of it
+        /// yet), or done (reported once).
         func settle(_ id: Int64) {
-            guard let download = latest[id] else { return }
-            if download.state.isInProgress {
+            if latest[id]?.state.isInProgress ?? true {
                 pending.insert(id)
                 return
             }
             pending.remove(id)
-            guard reported.insert(id).inserted, !live || self.quiet else { return }
+            guard reported.insert(id).inserted, !live, let download = latest[id] else { return }
             let detail = download.state == .complete ? (download.path ?? "") : (download.errorMessage ?? "")
             print("\(id) \(download.state.rawValue) \(detail)")
         }
@@ -204,6 +224,7 @@ struct WaitCommand: ParsableCommand {
                 lastFrame = Date()
             }
             if pending.isEmpty { break }
+            // At once when changes wait already (heard while a caller's requests were answered).
             follower.waitForChange(timeout: live ? Self.frameInterval : 1)
             let changes = follower.takeChanges()
             for download in changes.downloads where watched.contains(download.id) {
@@ -211,6 +232,12 @@ struct WaitCommand: ParsableCommand {
                 settle(download.id)
             }
             for id in changes.removed where watched.contains(id) {
+                if latest[id] == nil {
+                    // Dropped from the list before anything else was heard of it.
+                    pending.remove(id)
+                    if reported.insert(id).inserted, !live { print("\(id) removed ") }
+                    continue
+                }
                 latest[id]?.state = .removed
                 settle(id)
             }
@@ -230,7 +257,7 @@ struct WaitCommand: ParsableCommand {
                 print("\(id) \(download.state.rawValue) \(download.state == .complete ? (download.path ?? "") : (download.errorMessage ?? ""))")
             }
         }
-        if ids.contains(where: { latest[$0]?.state != .complete }) { throw ExitStatus.generic }
+        return ids.allSatisfy { latest[$0]?.state == .complete }
     }
 
     /// The least time between two frames of the live display.

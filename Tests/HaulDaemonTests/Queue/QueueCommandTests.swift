@@ -331,6 +331,42 @@ struct QueueCommandTests {
         _ = await daemon.terminate()
     }
 
+    @Test("haul add --wait: a line for each download as it finishes, exit 0 when all completed and 1 when one failed; refused with --paused or --json")
+    func addAndWait() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let cli = HaulCLI(daemon: daemon)
+        let directory = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("waited")
+        // Thirty small files (the list is summed up in one line) and one slower one.
+        var urls = (0..<30).map { server.url("/file/w\($0).bin?size=\(10_000 + $0)&seed=\($0)").absoluteString }
+        urls.append(server.url("/file/slow.bin?size=600000&seed=77&rate=1500000").absoluteString)
+        let list = directory.deletingLastPathComponent().appendingPathComponent("urls.txt")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try urls.joined(separator: "\n").write(to: list, atomically: true, encoding: .utf8)
+        let waited = try await cli.run(["add", "--wait", "-d", directory.path, "-i", list.path], timeout: .seconds(60))
+        #expect(waited.status == 0, "\(waited.standardOutput) \(waited.standardError)")
+        let lines = waited.standardOutput.split(separator: "\n").map(String.init)
+        #expect(lines.first == "added 31 downloads (1…31) → \(directory.path)", "\(lines.first ?? "")")
+        let outcomes = lines.dropFirst()
+        #expect(Set(outcomes) == Set((0..<30).map { "\($0 + 1) complete \(directory.path)/w\($0).bin" } + ["31 complete \(directory.path)/slow.bin"]), "\(outcomes)")
+        #expect(outcomes.count == 31, "each once")
+        for index in 0..<30 {
+            #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("w\(index).bin").path) == TestContent.sha256Hex(size: Int64(10_000 + index), seed: UInt64(index)))
+        }
+        // One that fails: its line says why, and the status says so.
+        let failed = try await cli.run(["add", "-w", "-d", directory.path, server.url("/status/404").absoluteString, server.url("/file/ok.bin?size=5000&seed=3").absoluteString], timeout: .seconds(60))
+        #expect(failed.status == 1, "\(failed.standardOutput) \(failed.standardError)")
+        #expect(failed.standardOutput.contains("32 error the server answered 404"), "\(failed.standardOutput)")
+        #expect(failed.standardOutput.contains("33 complete \(directory.path)/ok.bin"), "\(failed.standardOutput)")
+        for arguments in [["add", "--wait", "--paused", "http://127.0.0.1:9/a"], ["add", "--wait", "--json", "http://127.0.0.1:9/a"]] {
+            let refused = try await cli.run(arguments)
+            #expect(refused.status != 0 && refused.standardError.contains("--wait"), "\(arguments): \(refused.standardError)")
+        }
+        #expect(try await cli.list().count == 33, "nothing added by the refused ones")
+        _ = await daemon.terminate()
+    }
+
     @Test("haul add -i of a list longer than one request carries: every URL added, in order; one URL too long for any request is refused, nothing added")
     func longList() async throws {
         let daemon = try DaemonProcess()
