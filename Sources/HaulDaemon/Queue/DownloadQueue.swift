@@ -269,6 +269,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
         }
     }
 
+    /// How many subscribers the queue has now (for tests and diagnostics).
+    var subscriberCount: Int { self.state.withLock { $0.subscribers.count } }
+
     public func unsubscribe(_ id: UInt64) {
         self.state.withLock { state in
             state.subscribers[id] = nil

@@ -74,7 +74,7 @@ public final class Aria2RPCServer: Sendable {
 
     /// Serves until graceful shutdown.
     public func run() async throws {
-        self.notifier.start()
+        // The notifier subscribes to the queue while a WebSocket listens (``Aria2Notifier``).
         defer { self.notifier.stop() }
         let router = Router()
         self.addRoutes(to: router)
