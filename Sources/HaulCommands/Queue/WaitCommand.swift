@@ -200,8 +200,7 @@ struct WaitCommand: ParsableCommand {
             }
             pending.remove(id)
             guard reported.insert(id).inserted, !live, let download = latest[id] else { return }
-            let detail = download.state == .complete ? (download.path ?? "") : (download.errorMessage ?? "")
-            print("\(id) \(download.state.rawValue) \(detail)")
+            print(Self.outcome(id, download.state, download))
         }
         for id in ids { settle(id) }
         while true {
@@ -235,7 +234,7 @@ struct WaitCommand: ParsableCommand {
                 if latest[id] == nil {
                     // Dropped from the list before anything else was heard of it.
                     pending.remove(id)
-                    if reported.insert(id).inserted, !live { print("\(id) removed ") }
+                    if reported.insert(id).inserted, !live { print(Self.outcome(id, .removed, nil)) }
                     continue
                 }
                 latest[id]?.state = .removed
@@ -254,10 +253,17 @@ struct WaitCommand: ParsableCommand {
         if live {
             for id in ids {
                 guard let download = latest[id] else { continue }
-                print("\(id) \(download.state.rawValue) \(download.state == .complete ? (download.path ?? "") : (download.errorMessage ?? ""))")
+                print(Self.outcome(id, download.state, download))
             }
         }
         return ids.allSatisfy { latest[$0]?.state == .complete }
+    }
+
+    /// A download's line as it ends: `ID STATE PATH` when complete, `ID STATE REASON` otherwise
+    /// (`download`: as last heard, `nil` when nothing but its removal was).
+    static func outcome(_ id: Int64, _ state: QueuedDownloadState, _ download: QueuedDownloadInfo?) -> String {
+        let detail = state == .complete ? (download?.path ?? "") : (download?.errorMessage ?? "")
+        return "\(id) \(state.rawValue) \(detail)"
     }
 
     /// The least time between two frames of the live display.

@@ -13,7 +13,8 @@ public enum QueueChange: Sendable, Hashable {
 
 extension QueueChange {
     /// Whether a download reached the end of its life here: complete, failed or cancelled, or
-    /// gone from the list. What a subscriber of finishes only hears (``QueueSubscription/Events/finished``).
+    /// gone from the list. What a subscriber of finishes only hears (`queueSubscribe` with
+    /// `"events": "finished"`, ``DaemonRequest/QueueSubscription``).
     var isFinish: Bool {
         switch self {
         case .changed(let info): !info.state.isInProgress

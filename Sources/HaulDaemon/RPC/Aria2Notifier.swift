@@ -13,8 +13,8 @@ import Synchronization
 ///
 /// The queue is subscribed to only while a listener is connected: a subscriber of every change
 /// makes hauld record each end of a busy queue at once, where with nobody listening ends are
-/// committed together (`--enable-rpc` with no WebSocket open cost a queued small file as much
-/// as `haul wait` listening did).
+/// committed together (`--enable-rpc` with no WebSocket open: 438 K → 386 K instructions a
+/// queued file of 16 KiB, callgrind).
 final class Aria2Notifier: Sendable {
     private struct State {
         var tracker = Aria2NotificationTracker()
