@@ -69,6 +69,8 @@ struct DaemonRequestTests {
         #expect(try self.decode(#"{"id":2,"method":"queueSubscribe","events":"finished"}"#).command == .queueSubscribe(.init(events: .finished)))
         #expect(try self.decode(#"{"id":3,"method":"queueSubscribe","events":"all"}"#).command == .queueSubscribe(.init(events: .all)))
         #expect(throws: DecodingError.self) { try self.decode(#"{"id":4,"method":"queueSubscribe","events":"some"}"#) }
+        #expect(try self.decode(#"{"id":5,"method":"queueSubscribe","events":"finished","fields":["id","state","path"]}"#).command == .queueSubscribe(.init(events: .finished, fields: [.id, .state, .path])))
+        #expect(throws: DecodingError.self) { try self.decode(#"{"id":6,"method":"queueSubscribe","fields":["state","colour"]}"#) }
     }
 
     @Test("Every command round-trips through its JSON line")
@@ -90,6 +92,7 @@ struct DaemonRequestTests {
             .queueAdd(.one(NewDownload(urls: [url], directory: "/d", fileName: "f", checksum: "sha256=00", speedLimit: 5, priority: 2, paused: true))),
             .queueAdd(.batch([NewDownload(urls: [url]), NewDownload(urls: [url, url])])),
             .queueAdd(.batch([NewDownload(urls: [url])], fields: [.id, .state])),
+            .queueSubscribe(.init(events: .finished, fields: [.state, .errorMessage])),
             .queueList(QueuePage(offset: 1, limit: 2, states: [.error, .paused], search: "q")),
             .queueGet(.init(downloadID: 6)),
             .queuePause(.one(7)), .queuePause(.many([8, 9])), .queuePause(.all),

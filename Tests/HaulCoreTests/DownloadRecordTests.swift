@@ -505,4 +505,34 @@ struct DownloadRecordTests {
             #expect(line.withUnsafeBytes { DaemonServerLine.decode(line: $0) } == slow, "\(text)")
         }
     }
+
+    @Test("A change projected to some fields (a subscription with fields) holds those members and id, and reads back as a projection that says so; whole ones and malformed ones are read as before")
+    func projectedChangeEvent() throws {
+        var failed = Self.info(id: 4, name: "f.bin", state: .error)
+        failed.errorMessage = "the server answered 404"
+        var segmented = Self.info(id: 9, state: .complete)
+        segmented.sources = []
+        for (info, fields) in [(failed, [DownloadField.state, .path, .errorMessage]), (segmented, [.id, .state, .bytesDone])] {
+            let written = try #require(DaemonServerLine.encodedChange(info, fields: fields), "projected: written here, segmented or not")
+            let line = Array(written.dropLast())
+            let members = try #require(try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])
+            let record = try #require((members["event"] as? [String: Any])?["download"] as? [String: Any])
+            let expected = Set(([DownloadField.id] + fields).map(\.rawValue)).filter { name in
+                // Absent optionals are left out, as in whole records.
+                !(name == "path" && info.path == nil)
+            }
+            #expect(Set(record.keys) == expected, "\(record.keys)")
+            let event = try #require(DaemonServerLine.downloadChange(line: line)?.event)
+            let download = try #require(event.download)
+            #expect(Set(event.downloadFields ?? []) == Set(expected.compactMap(DownloadField.init(rawValue:))), "the members it came with")
+            #expect(download.id == info.id && download.state == info.state && download.errorMessage == info.errorMessage)
+            #expect(download.urls.isEmpty && download.gid.isEmpty, "members not sent keep their zero values")
+        }
+        // A whole change is not taken for a projection.
+        let whole = Array(try #require(DaemonServerLine.encodedChange(failed)).dropLast())
+        #expect(DaemonServerLine.downloadChange(line: whole)?.event?.downloadFields == nil)
+        // A projection without an id is not read; nor is a whole record with a bad value.
+        #expect(DaemonServerLine.downloadChange(line: Array(#"{"event":{"kind":"downloadChanged","download":{"state":"complete"}}}"#.utf8)) == nil)
+        #expect(DaemonServerLine.downloadChange(line: Array(#"{"event":{"kind":"downloadChanged","download":{"id":1,"state":"sleeping"}}}"#.utf8)) == nil)
+    }
 }

@@ -38,4 +38,27 @@ struct QueueViewTests {
         #expect(view.downloads[3] == nil)
         #expect(view.removed == [3])
     }
+
+    @Test("A projected change (a subscription with fields) replaces only the members asked for, clearing one it left out; an unknown download is kept as it came")
+    func projectedChange() {
+        var view = QueueView()
+        view.beginAttach()
+        var retrying = Self.download(1, .active, bytes: 7)
+        retrying.errorMessage = "the connection was reset; retrying"
+        view.listed([retrying])
+        var finished = QueuedDownloadInfo(
+            id: 1, urls: [], directory: "", fileName: nil, path: "/d/f.bin", state: .complete, bytesDone: 0, totalBytes: nil,
+            errorMessage: nil, checksum: nil, priority: 0, speedLimit: nil, createdAt: Date(timeIntervalSince1970: 0),
+            startedAt: nil, finishedAt: nil
+        )
+        let asked: [DownloadField] = [.id, .state, .path, .errorMessage]
+        view.changed(finished, fields: asked)
+        let merged = view.downloads[1]
+        #expect(merged?.state == .complete && merged?.path == "/d/f.bin")
+        #expect(merged?.errorMessage == nil, "asked for and absent: cleared")
+        #expect(merged?.urls == retrying.urls && merged?.bytesDone == 7 && merged?.directory == retrying.directory, "not asked for: kept")
+        finished.id = 2
+        view.changed(finished, fields: asked)
+        #expect(view.downloads[2] == finished)
+    }
 }

@@ -67,9 +67,9 @@ struct QueueClient {
     /// cancelled, and those dropped; ``DaemonRequest/QueueSubscription``): `handler` gets each,
     /// in order, on the thread that reads them (this one: while a call waits for its answer, and
     /// in ``readEvents(timeout:)``).
-    func subscribe(finishesOnly: Bool = false, _ handler: @escaping @Sendable (DaemonEvent) -> Void) throws {
+    func subscribe(finishesOnly: Bool = false, fields: [DownloadField]? = nil, _ handler: @escaping @Sendable (DaemonEvent) -> Void) throws {
         self.connection.onEvent(handler)
-        _ = try self.call(.queueSubscribe(.init(events: finishesOnly ? .finished : nil)))
+        _ = try self.call(.queueSubscribe(.init(events: finishesOnly ? .finished : nil, fields: fields)))
     }
 
     /// Reads the events that come within `timeout` seconds (returning once some were read and

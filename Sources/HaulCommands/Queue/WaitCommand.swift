@@ -23,6 +23,12 @@ final class QueueFollower: Sendable {
     /// dropped), not every change: what `haul wait` without its live display needs, and cheaper
     /// for a busy daemon.
     private let finishesOnly: Bool
+    /// The members of a download each change carries (`nil`: all): for finishes, only what a
+    /// finished download's line says (``WaitCommand/outcome(_:_:_:)``). A whole download was
+    /// ~400 bytes for hauld to write and ~50 K instructions for `haul add --wait` to read, a
+    /// file.
+    private var fields: [DownloadField]? { self.finishesOnly ? Self.finishFields : nil }
+    static let finishFields: [DownloadField] = [.id, .state, .path, .errorMessage]
 
     /// Connects (starting hauld when `start`), subscribes (to finishes only, with
     /// `finishesOnly`), then reads the list: no change can fall between the two.
@@ -56,7 +62,7 @@ final class QueueFollower: Sendable {
         }
         // Events read while the list is asked for are applied first; the list does not
         // overwrite what they told (``QueueView``).
-        try client.subscribe(finishesOnly: self.finishesOnly) { [weak self] event in self?.apply(event) }
+        try client.subscribe(finishesOnly: self.finishesOnly, fields: self.fields) { [weak self] event in self?.apply(event) }
         // Every state: a cancelled download is listed among the finished, as `haul ls` lists it.
         let all = lists ? try client.call(.queueList(QueuePage(states: QueuedDownloadState.allCases))).downloads ?? [] : nil
         self.state.withLock { state in
@@ -75,7 +81,8 @@ final class QueueFollower: Sendable {
             switch event.kind {
             case .downloadChanged:
                 if let download = event.download {
-                    state.view.changed(download)
+                    // A projection (what was asked for) updates those members of a known download.
+                    state.view.changed(download, fields: event.downloadFields == nil ? nil : self.fields ?? event.downloadFields)
                     state.changedIDs.insert(download.id)
                 }
             case .downloadRemoved:

@@ -172,10 +172,20 @@ public struct DaemonEvent: Codable, Sendable, Hashable {
     public var download: QueuedDownloadInfo?
     public var downloadID: Int64?
     public var settings: QueueSettings?
+    /// The members `download` came with when it is a projection (a subscription with
+    /// `fields`): the rest of it holds zero values, not the download's. `nil`: whole. Read,
+    /// never sent.
+    public var downloadFields: [DownloadField]?
 
     public init(kind: Kind, taskID: Int64? = nil) {
         self.kind = kind
         self.taskID = taskID
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case kind, taskID, eventID, bytesOnDisk, bytesWritten, expectedTotal, offset, heldFilePath, statusCode
+        case responseHeaders, responseURL, originalURL, errorCode, errorMessage, resumeData, responseBody, isUpload
+        case download, downloadID, settings
     }
 }
 

@@ -394,6 +394,11 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
     /// those dropped from the list (`haul wait` without its live display). Hearing only
     /// finishes costs the daemon less: a subscriber of every change makes it record each end at
     /// once, so that starts are never heard before the ends whose slots they took.
+    ///
+    /// With `fields`, each change carries its download with only those members (and `id`), as
+    /// `queueList` with `fields` lists them: what a subscriber that prints one line a finish
+    /// needs (`haul wait -q`, `haul add --wait`), where a whole download is ~400 bytes to write
+    /// and to read for each file.
     public struct QueueSubscription: Codable, Sendable, Hashable {
         public enum Events: String, Codable, Sendable, Hashable {
             case all
@@ -401,9 +406,23 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         }
 
         public var events: Events?
+        public var fields: [DownloadField]?
 
-        public init(events: Events? = nil) {
+        public init(events: Events? = nil, fields: [DownloadField]? = nil) {
             self.events = events
+            self.fields = fields
+        }
+
+        enum CodingKeys: String, CodingKey { case events, fields }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            self.events = try container.decodeIfPresent(Events.self, forKey: .events)
+            if let names = try container.decodeIfPresent([String].self, forKey: .fields) {
+                do { self.fields = try DownloadField.parse(names) } catch {
+                    throw DecodingError.dataCorruptedError(forKey: .fields, in: container, debugDescription: "\(error)")
+                }
+            }
         }
     }
 

@@ -90,8 +90,17 @@ extension DaemonServerLine {
     /// with members a record does not hold (a segmented run's `sources`), which `JSONEncoder`
     /// writes. `JSONEncoder` wrote each event, for every subscriber (`haul wait`, `haul watch`),
     /// on the daemon's thread that records the ends of small files.
-    public static func encodedChange(_ download: QueuedDownloadInfo) -> [UInt8]? {
-        guard let record = DownloadRecord(whole: download) else { return nil }
+    ///
+    /// With `fields` (a subscription that asked for them), the download has only those members
+    /// and `id`: always written here, segmented or not.
+    public static func encodedChange(_ download: QueuedDownloadInfo, fields: [DownloadField]? = nil) -> [UInt8]? {
+        let record: DownloadRecord
+        if let fields {
+            record = DownloadRecord(download, only: fields.contains(.id) ? fields : [.id] + fields)
+        } else {
+            guard let whole = DownloadRecord(whole: download) else { return nil }
+            record = whole
+        }
         var writer = JSONWriter(capacity: record.bytes.count + 80)
         writer.append(raw: #"{"event":{"kind":"downloadChanged","downloadID":"#)
         writer.append(integer: download.id)
@@ -113,14 +122,17 @@ extension DaemonServerLine {
         var isChange = false
         var downloadID: Int64?
         var download: QueuedDownloadInfo?
+        var projected: [DownloadField]?
         for (name, member) in members {
             switch name {
             case "kind": isChange = member.stringValue == DaemonEvent.Kind.downloadChanged.rawValue
             case "downloadID": guard member.read(into: &downloadID) else { return nil }
             case "download":
                 guard member != .null else { continue }
-                guard let info = QueuedDownloadInfo(record: member) else { return nil }
+                // Whole, or projected (a subscription with `fields`): what it holds is said.
+                guard let (info, fields) = QueuedDownloadInfo.read(record: member, projection: true) else { return nil }
                 download = info
+                projected = fields
             default: return nil
             }
         }
@@ -128,6 +140,7 @@ extension DaemonServerLine {
         var event = DaemonEvent(kind: .downloadChanged)
         event.downloadID = downloadID
         event.download = download
+        event.downloadFields = projected
         return DaemonServerLine(event: event)
     }
 }
@@ -137,7 +150,17 @@ extension QueuedDownloadInfo {
     /// anything `JSONDecoder` might read otherwise (a member this reader does not know, `null`
     /// where a value is required, a number or date in another form), left to it.
     init?(record: JSONValue) {
+        guard let (info, projected) = Self.read(record: record, projection: false), projected == nil else { return nil }
+        self = info
+    }
+
+    /// A download as ``DownloadRecord`` writes it, whole or, with `projection`, projected to
+    /// some members (a subscription with `fields`): then `id` is required and nothing else, a
+    /// member left out keeps its zero value, and the fields present are returned (`nil`: all of
+    /// a whole download's).
+    static func read(record: JSONValue, projection: Bool) -> (QueuedDownloadInfo, [DownloadField]?)? {
         guard let members = record.objectValue, members.hasUniqueMemberNames else { return nil }
+        var present: [DownloadField] = []
         var id: Int64?
         var gid: String?
         var urls: [URL]?
@@ -156,6 +179,7 @@ extension QueuedDownloadInfo {
             // so to records) does not compile here until this reader takes it too. A member that
             // is not a field (`sources`, written only by `JSONEncoder`): `JSONDecoder`'s.
             guard let field = DownloadField(rawValue: name) else { return nil }
+            present.append(field)
             let taken: Bool
             switch field {
             // Required: `null` is not taken.
@@ -193,8 +217,19 @@ extension QueuedDownloadInfo {
             }
             guard taken else { return nil }
         }
-        guard let id, let gid, let urls, let directory, let state, let bytesDone, let priority, let createdAt else { return nil }
+        guard let id else { return nil }
         info.id = id
+        guard let gid, let urls, let directory, let state, let bytesDone, let priority, let createdAt else {
+            guard projection else { return nil }
+            gid.map { info.gid = $0 }
+            urls.map { info.urls = $0 }
+            directory.map { info.directory = $0 }
+            state.map { info.state = $0 }
+            bytesDone.map { info.bytesDone = $0 }
+            priority.map { info.priority = $0 }
+            createdAt.map { info.createdAt = $0 }
+            return (info, present)
+        }
         info.gid = gid
         info.urls = urls
         info.directory = directory
@@ -202,7 +237,7 @@ extension QueuedDownloadInfo {
         info.bytesDone = bytesDone
         info.priority = priority
         info.createdAt = createdAt
-        self = info
+        return (info, nil)
     }
 
     /// Byte ranges as ``ByteRangeSet``'s decoder takes them (pairs [lower, upper] with

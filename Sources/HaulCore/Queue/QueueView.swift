@@ -19,8 +19,15 @@ public struct QueueView: Sendable {
         self.heardSinceAttach = []
     }
 
-    public mutating func changed(_ download: QueuedDownloadInfo) {
-        self.downloads[download.id] = download
+    /// `download` was added or changed; `fields`: it is a projection that holds only those
+    /// members (a subscription with `fields`), which replace the known download's, whose other
+    /// members stay as they were (one not known yet is kept as it came).
+    public mutating func changed(_ download: QueuedDownloadInfo, fields: [DownloadField]? = nil) {
+        if let fields, let known = self.downloads[download.id] {
+            self.downloads[download.id] = known.updated(from: download, fields: fields)
+        } else {
+            self.downloads[download.id] = download
+        }
         self.heardSinceAttach.insert(download.id)
     }
 

@@ -94,4 +94,43 @@ public struct QueuedDownloadInfo: Codable, Sendable, Hashable {
         guard let total = self.totalBytes, total > 0 else { return nil }
         return min(1, Double(self.bytesDone) / Double(total))
     }
+
+    /// This download with the members of `fields` taken from `projection` (the same download,
+    /// projected to those fields: one it leaves out is `nil` now), the others kept.
+    public func updated(from projection: QueuedDownloadInfo, fields: [DownloadField]) -> QueuedDownloadInfo {
+        var updated = self
+        for field in fields {
+            // Exhaustive: a field added to ``DownloadField`` does not compile here until it is
+            // taken too.
+            switch field {
+            case .id: break
+            case .gid: updated.gid = projection.gid
+            case .urls: updated.urls = projection.urls
+            case .directory: updated.directory = projection.directory
+            case .fileName: updated.fileName = projection.fileName
+            case .path: updated.path = projection.path
+            case .state: updated.state = projection.state
+            case .bytesDone: updated.bytesDone = projection.bytesDone
+            case .totalBytes: updated.totalBytes = projection.totalBytes
+            case .speed: updated.speed = projection.speed
+            case .secondsRemaining: updated.secondsRemaining = projection.secondsRemaining
+            case .errorMessage: updated.errorMessage = projection.errorMessage
+            case .errorCode: updated.errorCode = projection.errorCode
+            case .checksum: updated.checksum = projection.checksum
+            case .priority: updated.priority = projection.priority
+            case .speedLimit: updated.speedLimit = projection.speedLimit
+            case .requestHeaders: updated.requestHeaders = projection.requestHeaders
+            case .options: updated.options = projection.options
+            case .queueRank: updated.queueRank = projection.queueRank
+            case .connections: updated.connections = projection.connections
+            case .maximumConnections: updated.maximumConnections = projection.maximumConnections
+            case .segments: updated.segments = projection.segments
+            case .runner: updated.runner = projection.runner
+            case .createdAt: updated.createdAt = projection.createdAt
+            case .startedAt: updated.startedAt = projection.startedAt
+            case .finishedAt: updated.finishedAt = projection.finishedAt
+            }
+        }
+        return updated
+    }
 }

@@ -23,9 +23,10 @@ final class DaemonConnection: DaemonClient, Sendable {
         self.write(DaemonServerLine(event: event))
     }
 
-    /// Tells the subscriber that `download` was added or changed.
-    func sendChange(_ download: QueuedDownloadInfo) {
-        guard let bytes = DaemonServerLine.encodedChange(download) else {
+    /// Tells the subscriber that `download` was added or changed: with only the members of
+    /// `fields` (and `id`) when its subscription asked for them.
+    func sendChange(_ download: QueuedDownloadInfo, fields: [DownloadField]? = nil) {
+        guard let bytes = DaemonServerLine.encodedChange(download, fields: fields) else {
             var event = DaemonEvent(kind: .downloadChanged)
             event.download = download
             event.downloadID = download.id

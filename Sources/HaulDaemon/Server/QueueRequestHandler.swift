@@ -66,7 +66,7 @@ enum QueueRequestHandler {
             guard connection.subscription.withLock({ $0 }) == nil else { return }
             let id = queue.subscribe(finishesOnly: subscription.events == .finished) { [weak connection] change in
                 guard let connection else { return }
-                if case .changed(let info) = change { return connection.sendChange(info) }
+                if case .changed(let info) = change { return connection.sendChange(info, fields: subscription.fields) }
                 connection.send(Self.event(for: change))
             }
             connection.subscription.withLock { $0 = id }

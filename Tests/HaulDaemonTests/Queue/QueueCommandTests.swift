@@ -367,6 +367,59 @@ struct QueueCommandTests {
         _ = await daemon.terminate()
     }
 
+    @Test("queueSubscribe with fields: each change carries its download with those members and id alone, read as a projection; a subscriber without fields hears whole downloads")
+    func subscriptionFields() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let directory = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("projected")
+        let projected = try DaemonTestClient(socketPath: daemon.socketPath)
+        let whole = try DaemonTestClient(socketPath: daemon.socketPath)
+        defer {
+            projected.close()
+            whole.close()
+        }
+        let subscribed = try await projected.request(DaemonRequest(.queueSubscribe(.init(events: .finished, fields: [.state, .path, .errorMessage]))))
+        #expect(subscribed.error == nil, "\(subscribed.error ?? "")")
+        _ = try await whole.request(DaemonRequest(.queueSubscribe(.init(events: .finished))))
+        // An unknown field is refused, and says which.
+        let other = try DaemonTestClient(socketPath: daemon.socketPath)
+        other.sendRaw(Array(#"{"id":7,"method":"queueSubscribe","fields":["state","colour"]}"#.utf8) + [UInt8(ascii: "\n")])
+        let refused = await other.readLine()?.response
+        other.close()
+        #expect(refused?.error?.contains("unknown field 'colour'") == true, "\(refused?.error ?? "no error")")
+        let added = try await projected.request(
+            DaemonRequest(.queueAdd(.batch([
+                NewDownload(urls: [server.url("/file/p.bin?size=20000&seed=5")], directory: directory.path),
+                NewDownload(urls: [server.url("/status/404")], directory: directory.path),
+            ])))
+        )
+        #expect(added.error == nil, "\(added.error ?? "")")
+        // Each subscriber hears both finishes (any order).
+        var heard: [Int64: [String]] = [:]
+        while heard.count < 2, let line = await projected.readRawLine() {
+            guard let event = DaemonServerLine.downloadChange(line: line)?.event, let download = event.download else { continue }
+            let members = try #require(try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])
+            let record = try #require((members["event"] as? [String: Any])?["download"] as? [String: Any])
+            heard[download.id] = record.keys.sorted()
+            #expect(event.downloadFields != nil, "read as a projection")
+            if download.state == .complete {
+                #expect(download.path == directory.appendingPathComponent("p.bin").path)
+                #expect(download.urls.isEmpty, "nothing but what was asked for")
+            } else {
+                #expect(download.state == .error && download.errorMessage?.contains("404") == true, "\(download)")
+            }
+        }
+        #expect(heard.values.contains(["id", "path", "state"]) && heard.values.contains(["errorMessage", "id", "state"]), "\(heard)")
+        var wholeHeard = 0
+        while wholeHeard < 2, let line = await whole.readLine() {
+            guard let download = line.event?.download else { continue }
+            #expect(download.urls.count == 1 && line.event?.downloadFields == nil, "whole")
+            wholeHeard += 1
+        }
+        _ = await daemon.terminate()
+    }
+
     @Test("haul add -i of a list longer than one request carries: every URL added, in order; one URL too long for any request is refused, nothing added")
     func longList() async throws {
         let daemon = try DaemonProcess()
