@@ -161,10 +161,11 @@ struct DownloadRecordTests {
         response.fleet = [DaemonPresence(name: "d0", pid: 1, startedAt: date, seenAt: date, downloads: [1])]
         response.daemonName = "d0"
         response.store = "sqlite:/srv/haul.sqlite"
-        // Every stored member is set, but the two that are never sent (read-only ids, the
-        // daemon's pre-written array): a member added later must be set here too.
+        // Every stored member is set, but the three that are never sent (read-only ids and
+        // projected fields, the daemon's pre-written array): a member added later must be set
+        // here too.
         let unset = Mirror(reflecting: response).children.filter { child in
-            guard let label = child.label, label != "downloadIDs", label != "encodedDownloads" else { return false }
+            guard let label = child.label, !["downloadIDs", "downloadFields", "encodedDownloads"].contains(label) else { return false }
             return Mirror(reflecting: child.value).displayStyle == .optional && Mirror(reflecting: child.value).children.isEmpty
         }
         #expect(unset.isEmpty, "members not set: \(unset.compactMap(\.label))")
@@ -433,7 +434,6 @@ struct DownloadRecordTests {
             answer(#""downloads":[\#(record),{"id":1}]"#),
             answer(#""downloads":[{"id":1.5}]"#),
             answer(#""downloads":[{"gid":"00000000000000ab"}]"#),
-            answer(#""downloads":[{"id":1,"state":"paused"}]"#),
             answer(#""downloads":[\#(record.replacingOccurrences(of: #""gid":"""#, with: #""gid":null"#))]"#),
             answer(#""downloads":[\#(record.replacingOccurrences(of: #""state":"paused""#, with: #""state":"sleeping""#))]"#),
         ]
@@ -453,10 +453,18 @@ struct DownloadRecordTests {
         let slow = try Self.decoder.decode(DaemonServerLine.self, from: Data(ids))
         #expect(fast == slow)
         #expect(fast.response?.downloadIDs == Array(1...500) && fast.response?.downloads == nil)
-        // More members than the id: JSONDecoder's, the ids all the same.
-        let more = answer(#"[{"id":7,"state":"paused"},{"state":"active","id":8}]"#)
+        // More members than the id (queueList with fields): JSONDecoder reads the ids; Haul's
+        // reader, at any length, the projections too, and which members came.
+        let more = answer(#"[{"id":7,"state":"paused"},{"state":"active","id":8,"path":"/d/f"}]"#)
         #expect(try Self.decoder.decode(DaemonServerLine.self, from: Data(more)).response?.downloadIDs == [7, 8])
-        #expect(more.withUnsafeBytes { DaemonServerLine.decode(line: $0) }?.response?.downloadIDs == [7, 8])
+        let read = try #require(more.withUnsafeBytes { DaemonServerLine.decode(line: $0) }?.response)
+        #expect(read.downloadIDs == [7, 8])
+        #expect(read.downloads?.map(\.state) == [.paused, .active] && read.downloads?.map(\.path) == [nil, "/d/f"])
+        #expect(read.downloadFields == [.id, .path, .state], "in field order")
+        // One list is all whole or all projected.
+        let record = String(decoding: DownloadRecord(Self.info(id: 5)).bytes, as: UTF8.self)
+        #expect(DaemonServerLine.downloadList(line: answer(#"[\#(record),{"id":1,"state":"paused"}]"#)) == nil)
+        #expect(DaemonServerLine.downloadList(line: answer("[\(record)]"))?.response?.downloadFields == nil)
         // Whole records: `downloads`, no ids beside them.
         let whole = try Self.answerLine([Self.info(id: 1), Self.info(id: 2)])
         #expect(whole.withUnsafeBytes { DaemonServerLine.decode(line: $0) }?.response?.downloads?.map(\.id) == [1, 2])

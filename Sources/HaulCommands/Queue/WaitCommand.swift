@@ -64,7 +64,8 @@ final class QueueFollower: Sendable {
         // overwrite what they told (``QueueView``).
         try client.subscribe(finishesOnly: self.finishesOnly, fields: self.fields) { [weak self] event in self?.apply(event) }
         // Every state: a cancelled download is listed among the finished, as `haul ls` lists it.
-        let all = lists ? try client.call(.queueList(QueuePage(states: QueuedDownloadState.allCases))).downloads ?? [] : nil
+        // Projected as the changes are, when they are (a finish's line needs no more).
+        let all = lists ? try client.call(.queueList(QueuePage(states: QueuedDownloadState.allCases, fields: self.fields))).downloads ?? [] : nil
         self.state.withLock { state in
             if let all {
                 state.view.listed(all)

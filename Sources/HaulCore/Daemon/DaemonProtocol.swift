@@ -60,8 +60,13 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
     public var download: QueuedDownloadInfo?
     public var downloads: [QueuedDownloadInfo]?
     /// The ids of `downloads` when they came projected to some fields (`queueAdd` with
-    /// `fields`, e.g. `["id"]`), not whole: then `downloads` is `nil`. Read, never sent.
+    /// `fields`, e.g. `["id"]`), not whole: then `downloads` is `nil`, unless Haul's reader took
+    /// projections of more than the id (``downloadFields``). Read, never sent.
     public var downloadIDs: [Int64]?
+    /// When `downloads` came projected to more than their ids (`queueList` with `fields`, read
+    /// by Haul's reader): the members that came; the others hold zero values, not the
+    /// downloads'. `downloadIDs` has their ids then too. `nil`: whole. Read, never sent.
+    public var downloadFields: [DownloadField]?
     public var settings: QueueSettings?
     public var count: Int?
     /// With `queueList`: how many downloads match the filter (all pages).

@@ -1,16 +1,29 @@
 import Foundation
 
 extension DaemonServerLine {
-    /// Reads one line from the daemon (newline excluded): a long answer that lists downloads
-    /// through ``downloadList(line:)``, a download's change through ``downloadChange(line:)``,
-    /// anything else (and every line those readers do not take) through `JSONDecoder`, as
-    /// before. `nil` for a line that is neither.
+    /// Reads one line from the daemon (newline excluded): an answer that lists downloads (a long
+    /// one, or one that has `downloads` at all: it may hold projections, which only that
+    /// reader takes) through ``downloadList(line:)``, a download's change through
+    /// ``downloadChange(line:)``, anything else (and every line those readers do not take)
+    /// through `JSONDecoder`, as before. `nil` for a line that is neither.
     public static func decode(line bytes: UnsafeRawBufferPointer) -> DaemonServerLine? {
-        if bytes.count >= DaemonRequest.batchLineBytes, let line = Self.downloadList(line: bytes) { return line }
+        if bytes.count >= DaemonRequest.batchLineBytes || Self.mentionsDownloads(bytes), let line = Self.downloadList(line: bytes) { return line }
         if bytes.starts(with: Self.changePrefix.utf8), let line = Self.downloadChange(line: bytes) { return line }
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
         return try? decoder.decode(DaemonServerLine.self, from: Data(bytes), maximumNesting: JSONNesting.limit)
+    }
+
+    /// Whether a short line has a `"downloads":` member somewhere (a list, perhaps projected).
+    private static func mentionsDownloads(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        let needle = Array(#""downloads":"#.utf8)
+        guard bytes.count >= needle.count else { return false }
+        var start = bytes.startIndex
+        while let quote = bytes[start...].firstIndex(of: needle[0]), quote + needle.count <= bytes.endIndex {
+            if bytes[quote..<quote + needle.count].elementsEqual(needle) { return true }
+            start = quote + 1
+        }
+        return false
     }
 
     /// An answer that lists downloads (`queueAdd` of a batch, `queueList`), read with Haul's JSON
@@ -21,9 +34,10 @@ extension DaemonServerLine {
     /// on the two cores the first of those downloads were fetched on.
     ///
     /// Taken: `{"response":{...}}` whose response has an integer `id`, a `downloads` array of
-    /// objects as ``DownloadRecord`` writes them (``QueuedDownloadInfo/init(record:)``) or
-    /// each with an integer `id` alone (an answer asked for `fields` `["id"]`: its
-    /// ``DaemonResponse/downloadIDs``), and
+    /// objects as ``DownloadRecord`` writes them (``QueuedDownloadInfo/init(record:)``), all of
+    /// them projected to some fields and `id` (an answer asked with `fields`: the projections,
+    /// ``DaemonResponse/downloadFields``, and their ids), or each with an integer `id` alone (an
+    /// answer asked for `fields` `["id"]`: its ``DaemonResponse/downloadIDs``), and
     /// optionally integer `total` and `count` and the queue's `settings` (as `queueList` answers).
     /// Not taken: any other member, a member named twice, a value of another type.
     public static func downloadList(line bytes: some Collection<UInt8>) -> DaemonServerLine? {
@@ -36,6 +50,7 @@ extension DaemonServerLine {
         var total: Int?
         var count: Int?
         var settings: QueueSettings?
+        var projected: Set<DownloadField> = []
         for (name, member) in members {
             let taken: Bool
             switch name {
@@ -58,11 +73,18 @@ extension DaemonServerLine {
                 } else {
                     var list: [QueuedDownloadInfo] = []
                     list.reserveCapacity(entries.count)
+                    var wholes = 0
                     for entry in entries {
-                        guard let info = QueuedDownloadInfo(record: entry) else { return nil }
+                        // Whole, or projected (`queueList` with `fields`): which members came is
+                        // said. One list is all of one kind.
+                        guard let (info, fields) = QueuedDownloadInfo.read(record: entry, projection: true) else { return nil }
+                        if let fields { projected.formUnion(fields) } else { wholes += 1 }
                         list.append(info)
                     }
+                    guard wholes == 0 || wholes == list.count else { return nil }
                     downloads = list
+                    // Projections are ids too, as `JSONDecoder`'s reading of them has it.
+                    if wholes == 0, !list.isEmpty { ids = list.map(\.id) }
                 }
                 taken = true
             default:
@@ -74,6 +96,7 @@ extension DaemonServerLine {
         var response = DaemonResponse(id: id)
         response.downloads = downloads
         response.downloadIDs = ids
+        response.downloadFields = projected.isEmpty ? nil : DownloadField.allCases.filter(projected.contains)
         response.total = total
         response.count = count
         response.settings = settings
