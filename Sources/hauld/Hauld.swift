@@ -60,8 +60,26 @@ struct Hauld: AsyncParsableCommand {
     @Option(help: "Seconds a lease on a download of a shared queue lasts unless renewed; a dead daemon's downloads are taken over after it.")
     var leaseSeconds: Double = 15
 
-    @Flag(help: "Log at debug level: every task start, every time idle memory is handed back.")
+    @Flag(help: "Log at debug level: every task start, every time idle memory is handed back (as --log-level debug).")
     var verbose = false
+
+    @Option(
+        help: ArgumentHelp(
+            "The least level logged: trace, debug, info (the default: a line for each download that completes), notice (only what is out of the ordinary: takeovers, mirrors dropped, …), warning, error or critical.",
+            valueName: "level"
+        ),
+        transform: { name in
+            guard let level = Logger.Level(rawValue: name) else {
+                throw ValidationError("unknown log level '\(name)' (known: \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")))")
+            }
+            return level
+        }
+    )
+    var logLevel: Logger.Level?
+
+    func validate() throws {
+        if self.verbose, self.logLevel != nil { throw ValidationError("--verbose is --log-level debug: give one of them") }
+    }
 
     func run() async throws {
         var paths = DaemonPaths.fromEnvironment()
@@ -70,7 +88,7 @@ struct Hauld: AsyncParsableCommand {
         // Lines in UTC, put together by hand (a small file's end is logged).
         LoggingSystem.bootstrap { label in DaemonLogHandler(label: label) }
         var logger = Logger(label: "hauld")
-        logger.logLevel = self.verbose ? .debug : .info
+        logger.logLevel = self.logLevel ?? (self.verbose ? .debug : .info)
         guard self.leaseSeconds >= 1, self.leaseSeconds <= 3600 else {
             FileHandle.standardError.write(Data("hauld: --lease-seconds must be from 1 to 3600\n".utf8))
             throw ExitCode(1)

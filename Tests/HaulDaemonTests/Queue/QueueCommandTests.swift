@@ -420,6 +420,36 @@ struct QueueCommandTests {
         _ = await daemon.terminate()
     }
 
+    @Test("hauld --log-level notice logs no line for each download that completes, the default does; an unknown level or one beside --verbose is refused with a clear error")
+    func logLevel() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        for (arguments, logsCompletions) in [([String](), true), (["--log-level", "notice"], false)] {
+            let daemon = try DaemonProcess()
+            try await daemon.start(extraArguments: arguments)
+            let cli = HaulCLI(daemon: daemon)
+            let directory = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("logged")
+            let added = try await cli.run(["add", "-w", "-d", directory.path, server.url("/file/l.bin?size=3000&seed=2").absoluteString], timeout: .seconds(30))
+            #expect(added.status == 0, "\(added.standardError)")
+            _ = await daemon.terminate()
+            let log = try String(contentsOf: daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("hauld.log"), encoding: .utf8)
+            #expect(log.contains("download 1 complete: ") == logsCompletions, "\(arguments): \(log)")
+            #expect(log.contains(" info hauld: hauld ") == logsCompletions, "the start's line is info too: \(log)")
+        }
+        for arguments in [["--log-level", "loud"], ["--log-level", "info", "--verbose"]] {
+            let process = Process()
+            process.executableURL = DaemonProcess.executable
+            process.arguments = ["--no-web"] + arguments
+            let errors = Pipe()
+            process.standardError = errors
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 64, "\(arguments): \(message)")
+            #expect(message.contains(arguments.contains("loud") ? "unknown log level 'loud' (known: trace, debug, info, notice, warning, error, critical)" : "--verbose is --log-level debug"), "\(message)")
+        }
+    }
+
     @Test("haul add -i of a list longer than one request carries: every URL added, in order; one URL too long for any request is refused, nothing added")
     func longList() async throws {
         let daemon = try DaemonProcess()
