@@ -108,7 +108,7 @@ struct AddCommand: ParsableCommand {
         // Subscribed before the add, on the same connection: every finish of the downloads is
         // heard (while the add's answer is awaited, too), so no list is read afterwards. Only
         // finishes: a subscriber of every change makes hauld record each end at once.
-        let follower = self.wait ? try QueueFollower(client: client, finishesOnly: true) : nil
+        let follower = self.wait ? try QueueFollower(client: client, finishesOnly: true, fields: WaitCommand.finishFields) : nil
         let directory = self.directory.map { path -> String in
             path.hasPrefix("/") ? path : URL(fileURLWithPath: path, relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath)).standardizedFileURL.path
         }

@@ -23,17 +23,18 @@ final class QueueFollower: Sendable {
     /// dropped), not every change: what `haul wait` without its live display needs, and cheaper
     /// for a busy daemon.
     private let finishesOnly: Bool
-    /// The members of a download each change carries (`nil`: all): for finishes, only what a
-    /// finished download's line says (``WaitCommand/outcome(_:_:_:)``). A whole download was
-    /// ~400 bytes for hauld to write and ~50 K instructions for `haul add --wait` to read, a
-    /// file.
-    private var fields: [DownloadField]? { self.finishesOnly ? Self.finishFields : nil }
-    static let finishFields: [DownloadField] = [.id, .state, .path, .errorMessage]
+    /// The members of a download that the list and each change carry (`nil`: all): what the
+    /// caller shows of it (``WaitCommand/finishFields``, ``WaitCommand/liveFields``). A whole
+    /// download was ~400 bytes for hauld to write and ~50 K instructions for `haul add --wait`
+    /// to read, a file.
+    private let fields: [DownloadField]?
 
     /// Connects (starting hauld when `start`), subscribes (to finishes only, with
-    /// `finishesOnly`), then reads the list: no change can fall between the two.
-    init(start: Bool, finishesOnly: Bool = false) throws {
+    /// `finishesOnly`; to those `fields` of each download), then reads the list: no change can
+    /// fall between the two.
+    init(start: Bool, finishesOnly: Bool = false, fields: [DownloadField]? = nil) throws {
         self.finishesOnly = finishesOnly
+        self.fields = fields
         let client = try QueueClient.connect(start: start)
         do {
             try self.attach(client)
@@ -49,8 +50,9 @@ final class QueueFollower: Sendable {
     /// subscribes, and reads no list. For a caller that adds downloads after this: it hears
     /// everything that happens to them (`haul add --wait`). After a reconnect the list is read,
     /// as always.
-    init(client: QueueClient, finishesOnly: Bool) throws {
+    init(client: QueueClient, finishesOnly: Bool, fields: [DownloadField]? = nil) throws {
         self.finishesOnly = finishesOnly
+        self.fields = fields
         try self.attach(client, lists: false)
     }
 
@@ -175,7 +177,7 @@ struct WaitCommand: ParsableCommand {
     func run() throws {
         let live = Terminal.isInteractive && !self.quiet
         // Without the live display only the outcomes are shown: finishes are all it hears.
-        let follower = try QueueFollower(start: self.connection.start, finishesOnly: !live)
+        let follower = try QueueFollower(start: self.connection.start, finishesOnly: !live, fields: live ? Self.liveFields : Self.finishFields)
         defer { follower.close() }
         let first = follower.takeChanges()
         let requested = try parseDownloadIDs(self.ids)
@@ -276,6 +278,13 @@ struct WaitCommand: ParsableCommand {
 
     /// The least time between two frames of the live display.
     static let frameInterval = 0.1
+
+    /// What a finished download's line says (``outcome(_:_:_:)``): all that `haul wait -q` and
+    /// `haul add --wait` ask hauld for.
+    static let finishFields: [DownloadField] = [.id, .state, .path, .errorMessage]
+
+    /// What the live display draws of a download, and its line at the end.
+    static let liveFields: [DownloadField] = [.id, .fileName, .path, .state, .bytesDone, .totalBytes, .speed, .errorMessage]
 }
 
 /// `haul watch`: a live table of the queue.

@@ -22,7 +22,10 @@ struct HaulCLI {
 
     /// Runs `haul ARGUMENTS`; one that has not ended after `timeout` is killed (status 9 by
     /// signal) so that a hang fails the test instead of stalling the run.
-    func run(_ arguments: [String], directory: URL? = nil, timeout: Duration = .seconds(120)) async throws -> Result {
+    ///
+    /// `terminal`: standard error is a pseudo-terminal (what a user at a terminal has: `haul
+    /// wait` then draws its live display there), read as `standardError`.
+    func run(_ arguments: [String], directory: URL? = nil, timeout: Duration = .seconds(120), terminal: Bool = false) async throws -> Result {
         let process = Process()
         process.executableURL = Self.executable
         process.arguments = arguments
@@ -35,16 +38,28 @@ struct HaulCLI {
         let output = Pipe()
         let error = Pipe()
         process.standardOutput = output
-        process.standardError = error
         process.standardInput = FileHandle.nullDevice
+        let pseudoTerminal = terminal ? try Self.openPseudoTerminal() : nil
+        process.standardError = pseudoTerminal?.secondary ?? error
         try process.run()
+        // The child has its own copy: reading the main side ends (EIO) once the child is gone.
+        try pseudoTerminal?.secondary.close()
         let watchdog = Task {
             try await Task.sleep(for: timeout)
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         }
         defer { watchdog.cancel() }
         async let out = blocking { output.fileHandleForReading.readDataToEndOfFile() }
-        async let err = blocking { error.fileHandleForReading.readDataToEndOfFile() }
+        async let err = blocking { () -> Data in
+            guard let main = pseudoTerminal?.main else { return error.fileHandleForReading.readDataToEndOfFile() }
+            defer { close(main) }
+            var data = Data()
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let count = chunk.withUnsafeMutableBytes { read(main, $0.baseAddress, $0.count) }
+                if count > 0 { data.append(contentsOf: chunk[0..<count]) } else if count < 0, errno == EINTR { continue } else { return data }
+            }
+        }
         let (outData, errData) = await (out, err)
         await blocking { process.waitUntilExit() }
         return Result(
@@ -52,6 +67,26 @@ struct HaulCLI {
             standardOutput: String(decoding: outData, as: UTF8.self),
             standardError: String(decoding: errData, as: UTF8.self)
         )
+    }
+
+    /// A pseudo-terminal: its main side's descriptor, and its other side for a child. Linux's
+    /// `/dev/ptmx` and its ioctls (`posix_openpt` and its kin are not in Swift's Glibc module).
+    static func openPseudoTerminal() throws -> (main: Int32, secondary: FileHandle) {
+        let main = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC)
+        guard main >= 0 else { throw DaemonTestError("cannot open /dev/ptmx") }
+        var unlock: Int32 = 0
+        var number: UInt32 = 0
+        // TIOCSPTLCK and TIOCGPTN (the same numbers on x86-64 and arm64).
+        guard ioctl(main, 0x4004_5431, &unlock) == 0, ioctl(main, 0x8004_5430, &number) == 0 else {
+            close(main)
+            throw DaemonTestError("cannot unlock the pseudo-terminal")
+        }
+        let secondary = open("/dev/pts/\(number)", O_RDWR | O_NOCTTY | O_CLOEXEC)
+        guard secondary >= 0 else {
+            close(main)
+            throw DaemonTestError("cannot open /dev/pts/\(number)")
+        }
+        return (main, FileHandle(fileDescriptor: secondary, closeOnDealloc: true))
     }
 
     func list() async throws -> [QueuedDownloadInfo] {
@@ -417,6 +452,29 @@ struct QueueCommandTests {
             #expect(download.urls.count == 1 && line.event?.downloadFields == nil, "whole")
             wholeHeard += 1
         }
+        _ = await daemon.terminate()
+    }
+
+    @Test("haul wait at a terminal draws each download's name, bytes and state live, from the members it asks hauld for, then a line for each as it ended")
+    func liveWait() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let cli = HaulCLI(daemon: daemon)
+        let directory = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("live")
+        let added = try await cli.run(["add", "-d", directory.path,
+                                       server.url("/file/slow.bin?size=400000&seed=4&rate=400000").absoluteString,
+                                       server.url("/status/404").absoluteString])
+        #expect(added.status == 0, "\(added.standardError)")
+        let waited = try await cli.run(["wait", "1", "2"], timeout: .seconds(60), terminal: true)
+        #expect(waited.status == 1, "one failed: \(waited.standardOutput) \(waited.standardError)")
+        let lines = Set(waited.standardOutput.split(separator: "\n").map(String.init))
+        #expect(lines.contains("1 complete \(directory.path)/slow.bin"), "\(waited.standardOutput)")
+        #expect(lines.contains { $0.hasPrefix("2 error") && $0.contains("404") }, "\(waited.standardOutput)")
+        // Drawn in place on the terminal: the name and the state, redrawn as bytes come.
+        #expect(waited.standardError.contains("\u{1B}[2K") && waited.standardError.contains("1 slow.bin"), "\(waited.standardError.debugDescription)")
+        #expect(waited.standardError.contains("active") && waited.standardError.contains("complete"), "\(waited.standardError.debugDescription)")
+        #expect(try TestContent.sha256Hex(ofFileAt: directory.appendingPathComponent("slow.bin").path) == TestContent.sha256Hex(size: 400_000, seed: 4))
         _ = await daemon.terminate()
     }
 
