@@ -64,9 +64,10 @@ struct QueueClient {
     }
 
     /// Subscribes to queue events (`finishesOnly`: downloads that complete, fail or are
-    /// cancelled, and those dropped; ``DaemonRequest/QueueSubscription``): `handler` gets each,
-    /// in order, on the thread that reads them (this one: while a call waits for its answer, and
-    /// in ``readEvents(timeout:)``).
+    /// cancelled, and those dropped; `fields`: each download projected to those members, read
+    /// as ``DaemonEvent/downloadFields`` says; ``DaemonRequest/QueueSubscription``): `handler`
+    /// gets each, in order, on the thread that reads them (this one: while a call waits for its
+    /// answer, and in ``readEvents(timeout:)``).
     func subscribe(finishesOnly: Bool = false, fields: [DownloadField]? = nil, _ handler: @escaping @Sendable (DaemonEvent) -> Void) throws {
         self.connection.onEvent(handler)
         _ = try self.call(.queueSubscribe(.init(events: finishesOnly ? .finished : nil, fields: fields)))

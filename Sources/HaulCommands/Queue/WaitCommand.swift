@@ -66,7 +66,7 @@ final class QueueFollower: Sendable {
         // overwrite what they told (``QueueView``).
         try client.subscribe(finishesOnly: self.finishesOnly, fields: self.fields) { [weak self] event in self?.apply(event) }
         // Every state: a cancelled download is listed among the finished, as `haul ls` lists it.
-        // Projected as the changes are, when they are (a finish's line needs no more).
+        // Projected as the changes are, when they are (to what the command shows).
         let all = lists ? try client.call(.queueList(QueuePage(states: QueuedDownloadState.allCases, fields: self.fields))).downloads ?? [] : nil
         self.state.withLock { state in
             if let all {
