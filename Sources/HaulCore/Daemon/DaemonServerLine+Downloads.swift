@@ -16,15 +16,10 @@ extension DaemonServerLine {
 
     /// Whether a short line has a `"downloads":` member somewhere (a list, perhaps projected).
     private static func mentionsDownloads(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        let needle = Array(#""downloads":"#.utf8)
-        guard bytes.count >= needle.count else { return false }
-        var start = bytes.startIndex
-        while let quote = bytes[start...].firstIndex(of: needle[0]), quote + needle.count <= bytes.endIndex {
-            if bytes[quote..<quote + needle.count].elementsEqual(needle) { return true }
-            start = quote + 1
-        }
-        return false
+        bytes.firstRange(of: Self.downloadsMember) != nil
     }
+
+    private static let downloadsMember = Array(#""downloads":"#.utf8)
 
     /// An answer that lists downloads (`queueAdd` of a batch, `queueList`), read with Haul's JSON
     /// reader instead of `JSONDecoder`; `nil` when the line is anything else or holds anything
@@ -183,7 +178,6 @@ extension QueuedDownloadInfo {
     /// a whole download's).
     static func read(record: JSONValue, projection: Bool) -> (QueuedDownloadInfo, [DownloadField]?)? {
         guard let members = record.objectValue, members.hasUniqueMemberNames else { return nil }
-        var present: [DownloadField] = []
         var id: Int64?
         var gid: String?
         var urls: [URL]?
@@ -202,7 +196,6 @@ extension QueuedDownloadInfo {
             // so to records) does not compile here until this reader takes it too. A member that
             // is not a field (`sources`, written only by `JSONEncoder`): `JSONDecoder`'s.
             guard let field = DownloadField(rawValue: name) else { return nil }
-            present.append(field)
             let taken: Bool
             switch field {
             // Required: `null` is not taken.
@@ -251,7 +244,9 @@ extension QueuedDownloadInfo {
             bytesDone.map { info.bytesDone = $0 }
             priority.map { info.priority = $0 }
             createdAt.map { info.createdAt = $0 }
-            return (info, present)
+            // Every member is a field (checked above): what came, worked out only for a
+            // projection (a whole list's records pay nothing for it).
+            return (info, members.compactMap { DownloadField(rawValue: $0.0) })
         }
         info.gid = gid
         info.urls = urls

@@ -64,9 +64,11 @@ enum QueueRequestHandler {
             response.download = try await queue.setSpeedLimit(id: change.downloadID, bytesPerSecond: change.speedLimit)
         case .queueSubscribe(let subscription):
             guard connection.subscription.withLock({ $0 }) == nil else { return }
+            // `id` always goes with a projection: added here once, not for every change.
+            let fields = subscription.fields.map { $0.contains(.id) ? $0 : [.id] + $0 }
             let id = queue.subscribe(finishesOnly: subscription.events == .finished) { [weak connection] change in
                 guard let connection else { return }
-                if case .changed(let info) = change { return connection.sendChange(info, fields: subscription.fields) }
+                if case .changed(let info) = change { return connection.sendChange(info, fields: fields) }
                 connection.send(Self.event(for: change))
             }
             connection.subscription.withLock { $0 = id }
