@@ -32,6 +32,12 @@ public struct StoredDownload: Codable, Sendable, Hashable, TableRecord {
         }
     }
 
+    /// Whether `other` is this row's copy, not changed since (they share their columns): known
+    /// equal without comparing them.
+    package func sharesColumns(with other: StoredDownload) -> Bool {
+        self.storage === other.storage
+    }
+
     /// The stored fields, one value behind ``storage``.
     struct Fields: Codable, Sendable, Hashable {
         var id: Int64?

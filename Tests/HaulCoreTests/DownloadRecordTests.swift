@@ -1,5 +1,5 @@
 import Foundation
-import HaulCore
+@testable import HaulCore
 import Testing
 
 /// Records written by hand must read back exactly as the downloads they were written from.
@@ -211,6 +211,51 @@ struct DownloadRecordTests {
         #expect(written { $0.append(integer: UInt64(Int64.max) + 1) } == "9223372036854775808")
         #expect(written { $0.append(verbatim: "bytesDone"); $0.append(verbatim: "ü\"") } == "bytesDoneü\"")
         #expect(written { $0.append(double: 0.1); $0.append(UInt8(ascii: ",")); $0.append(double: .infinity) } == "0.1,null")
+    }
+
+    @Test("Strings read back as they were, whatever byte needs escaping at whatever place of eight, and are escaped only where needed")
+    func stringsEscapedAtEveryPlace() throws {
+        func written(_ string: String) -> [UInt8] {
+            var writer = JSONWriter()
+            writer.append(string: string)
+            return writer.bytes
+        }
+        // Each byte that needs escaping, and the plain bytes next to the edges of the tests
+        // (0x1f/0x20, 0x21-0x23, 0x5b-0x5d, 0x7f, 0x80, UTF-8 above), at every offset of strings
+        // of 0 to 40 bytes: a word scanned whole must never hide one.
+        let special: [String] = ["\"", "\\", "\n", "\r", "\t", "\u{0}", "\u{1}", "\u{1f}", " ", "!", "#", "[", "]", "\u{7f}", "\u{80}", "é", "日"]
+        for length in 0...40 {
+            for offset in 0...max(0, length - 1) where offset < max(length, 1) {
+                for character in special {
+                    var scalars = Array(repeating: "a", count: length)
+                    if length > 0 { scalars[offset] = character }
+                    let string = scalars.joined()
+                    let bytes = written(string)
+                    #expect(try JSONDecoder().decode(String.self, from: Data(bytes)) == string, "\(length) bytes, \(character.debugDescription) at \(offset)")
+                    // Escaped only where needed: the quotes and one escape for each byte that needs one.
+                    let needing = string.utf8.filter { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }.count
+                    #expect(bytes.count >= string.utf8.count + 2 + needing)
+                    if needing == 0 { #expect(bytes == [UInt8(ascii: "\"")] + Array(string.utf8) + [UInt8(ascii: "\"")]) }
+                }
+            }
+        }
+        // Random strings of every kind of byte, against JSONEncoder's reading.
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 {
+            let string = String((0..<Int.random(in: 0...48, using: &generator)).map { _ in
+                Character(Unicode.Scalar([0x0, 0x9, 0x1f, 0x22, 0x5c, 0x41, 0x7a, 0xe9, 0x65e5].randomElement(using: &generator)!)!)
+            })
+            #expect(try JSONDecoder().decode(String.self, from: Data(written(string))) == string)
+        }
+        // The word test itself: a byte that needs escaping at any of the eight places is found.
+        for place in 0..<8 {
+            for byte in [0x00, 0x1f, 0x22, 0x5c] as [UInt64] {
+                let word = (0x6161_6161_6161_6161 as UInt64) & ~(0xff << (8 * place)) | byte << (8 * place)
+                #expect(JSONWriter.mayNeedEscaping(word), "byte \(byte) at \(place)")
+            }
+        }
+        #expect(!JSONWriter.mayNeedEscaping(0x6161_6161_6161_6161))
+        #expect(!JSONWriter.mayNeedEscaping(0xe697_a5e6_97a5_2020), "UTF-8 and spaces")
     }
 
     @Test("The index keeps id order, replaces by id, counts per state and pages as the store did")

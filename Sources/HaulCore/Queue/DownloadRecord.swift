@@ -35,11 +35,40 @@ public struct DownloadRecord: Sendable, Hashable {
     private init(_ info: QueuedDownloadInfo, wanted: UInt32) {
         var writer = JSONWriter(capacity: wanted == .max ? 320 : 32)
         var starts = [UInt32](repeating: 0, count: DownloadField.allCases.count)
+        Self.write(info, wanted: wanted, to: &writer, starts: &starts)
+        self.bytes = writer.bytes
+        self.starts = starts
+    }
+
+    /// Appends `info` as a JSON object with only the members of `fields` (and `id`, in
+    /// ``DownloadField`` order), the bytes a record projected to them has: for what is written
+    /// once and sent (a subscriber's change), no record made on the way.
+    public static func append(_ info: QueuedDownloadInfo, fields: [DownloadField], to writer: inout JSONWriter) {
+        var wanted: UInt32 = 1 << Self.index(.id)
+        for field in fields { wanted |= 1 << Self.index(field) }
+        var noStarts: [UInt32] = []
+        Self.write(info, wanted: wanted, to: &writer, starts: &noStarts)
+    }
+
+    /// Appends `info` whole, the bytes of its record; `false` (nothing appended) for a download
+    /// with members a record does not hold (``init(whole:)``).
+    public static func appendWhole(_ info: QueuedDownloadInfo, to writer: inout JSONWriter) -> Bool {
+        guard info.sources == nil else { return false }
+        var noStarts: [UInt32] = []
+        Self.write(info, wanted: .max, to: &writer, starts: &noStarts)
+        return true
+    }
+
+    /// Writes the object of `info`'s `wanted` members; where each starts goes into `starts`
+    /// unless it is empty.
+    private static func write(_ info: QueuedDownloadInfo, wanted: UInt32, to writer: inout JSONWriter, starts: inout [UInt32]) {
+        let objectStart = writer.bytes.count
+        let recordsStarts = !starts.isEmpty
         writer.append(UInt8(ascii: "{"))
         func member(_ field: DownloadField, _ value: (inout JSONWriter) -> Void) {
             guard wanted & (1 << Self.index(field)) != 0 else { return }
-            if writer.bytes.count > 1 { writer.append(UInt8(ascii: ",")) }
-            starts[Self.index(field)] = UInt32(writer.bytes.count)
+            if writer.bytes.count > objectStart + 1 { writer.append(UInt8(ascii: ",")) }
+            if recordsStarts { starts[Self.index(field)] = UInt32(writer.bytes.count - objectStart) }
             writer.append(UInt8(ascii: "\""))
             writer.append(verbatim: field.rawValue)
             writer.append(raw: "\":")
@@ -85,8 +114,6 @@ public struct DownloadRecord: Sendable, Hashable {
         if let startedAt = info.startedAt { member(.startedAt) { $0.append(date: startedAt) } }
         if let finishedAt = info.finishedAt { member(.finishedAt) { $0.append(date: finishedAt) } }
         writer.append(UInt8(ascii: "}"))
-        self.bytes = writer.bytes
-        self.starts = starts
     }
 
     /// Appends this record to `output`: whole when `fields` is `nil`, else only those members

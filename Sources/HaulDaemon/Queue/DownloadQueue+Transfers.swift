@@ -605,17 +605,22 @@ extension DownloadQueue {
     private func noteSaved(_ promises: [PlacementPromise]) {
         self.state.withLock { state in
             for promise in promises {
-                state.running[promise.id]?.stored.finalPath = promise.path
-                state.running[promise.id]?.stored.totalBytes = promise.totalBytes
-                if let held = state.heldClaims[promise.id] {
-                    var claimed = held.claimed
-                    var stored = held.stored
-                    claimed.finalPath = promise.path
-                    claimed.totalBytes = promise.totalBytes
-                    stored.finalPath = promise.path
-                    stored.totalBytes = promise.totalBytes
-                    state.heldClaims[promise.id] = HeldClaim(claimed: claimed, stored: stored)
+                let running = state.running.index(forKey: promise.id)
+                guard let held = state.heldClaims[promise.id] else {
+                    if let running { state.running.values[running].stored.promise(promise) }
+                    continue
                 }
+                // The running copy is the claim while it is held: one copy of the row's columns
+                // for both (a copy was ~1.5 K instructions; three were made a file).
+                let runsTheClaim = running.map { state.running.values[$0].stored.sharesColumns(with: held.claimed) } ?? false
+                var claimed = held.claimed
+                var stored = held.stored
+                claimed.promise(promise)
+                stored.promise(promise)
+                if let running {
+                    if runsTheClaim { state.running.values[running].stored = claimed } else { state.running.values[running].stored.promise(promise) }
+                }
+                state.heldClaims[promise.id] = HeldClaim(claimed: claimed, stored: stored)
             }
         }
     }
@@ -819,6 +824,12 @@ extension StoredDownload {
     /// (`Content-Disposition`) or the URL's.
     func placedName(contentDisposition: String?, url: URL) -> String {
         self.requestedName ?? FileNaming.suggestedFilename(contentDisposition: contentDisposition, url: url)
+    }
+
+    /// What the row says once its place is promised (``SoleWriterQueueStore/promisePlacements(_:)``).
+    mutating func promise(_ promise: PlacementPromise) {
+        self.finalPath = promise.path
+        self.totalBytes = promise.totalBytes
     }
 
     /// What the row says once its file, `total` bytes, is placed at `path`.
