@@ -258,6 +258,28 @@ struct DownloadRecordTests {
         #expect(!JSONWriter.mayNeedEscaping(0xe697_a5e6_97a5_2020), "UTF-8 and spaces")
     }
 
+    @Test("A downloads member is found wherever it is in a short line, and nothing else is taken for one")
+    func downloadsMemberFound() {
+        let member = Array(#""downloads":"#.utf8)
+        func naive(_ bytes: [UInt8]) -> Bool {
+            bytes.count >= member.count && (0...(bytes.count - member.count)).contains { Array(bytes[$0..<$0 + member.count]) == member }
+        }
+        // Near misses around it: a cut name, no colon, a quote at the very end, quotes everywhere.
+        let decoys: [[UInt8]] = [Array(#""download":"#.utf8), Array(#""downloads""#.utf8), Array(#""downloads :"#.utf8), Array(#"""""#.utf8), Array(#"x""#.utf8)]
+        for length in 0...40 {
+            for offset in 0...length {
+                for inserted in decoys + [member] {
+                    let line = Array(repeating: UInt8(ascii: "\""), count: offset) + inserted + Array(repeating: UInt8(ascii: "a"), count: length - offset)
+                    let found = line.withUnsafeBytes { DaemonServerLine.mentionsDownloads($0) }
+                    #expect(found == naive(line), "\(String(decoding: line, as: UTF8.self))")
+                }
+            }
+        }
+        #expect([UInt8]().withUnsafeBytes { DaemonServerLine.mentionsDownloads($0) } == false)
+        #expect(member.withUnsafeBytes { DaemonServerLine.mentionsDownloads($0) })
+        #expect(Array(member.dropLast()).withUnsafeBytes { DaemonServerLine.mentionsDownloads($0) } == false)
+    }
+
     @Test("The index keeps id order, replaces by id, counts per state and pages as the store did")
     func index() {
         var index = DownloadIndex()
