@@ -118,8 +118,8 @@ extension DaemonServerLine {
     /// How every line of ``encodedChange(_:)`` starts.
     static let changePrefix = #"{"event":{"kind":"downloadChanged","#
 
-    /// A subscriber's event that `download` was added or changed, written from its
-    /// ``DownloadRecord`` (as `encoded()` writes it, newline included); `nil` for a download
+    /// A subscriber's event that `download` was added or changed, the download written as its
+    /// ``DownloadRecord`` has it (the line as `encoded()` writes it, newline included); `nil` for a download
     /// with members a record does not hold (a segmented run's `sources`), which `JSONEncoder`
     /// writes. `JSONEncoder` wrote each event, for every subscriber (`haul wait`, `haul watch`),
     /// on the daemon's thread that records the ends of small files.
