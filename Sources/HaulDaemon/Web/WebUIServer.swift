@@ -241,49 +241,37 @@ public final class WebUIServer: Sendable {
         return QueuePage(offset: try number("offset") ?? 0, limit: try number("limit"), states: states, search: search?.isEmpty == true ? nil : search)
     }
 
-    private enum StreamItem: Sendable {
-        case change(QueueChange)
-        case heartbeat
-    }
-
-    /// The live stream: subscribe first, then send the snapshot, so nothing falls between.
+    /// The live stream: subscribe first, then send the snapshot, so nothing falls between. What
+    /// the queue tells meanwhile waits in a ``WebEventMailbox`` and goes out in one write with
+    /// whatever else came (a busy queue of small files tells several changes a file).
     private func eventStream() -> Response {
         let queue = self.queue
         let body = ResponseBody { writer in
-            let (stream, continuation) = AsyncStream<StreamItem>.makeStream(bufferingPolicy: .bufferingNewest(10_000))
-            let subscription = queue.subscribe { continuation.yield(.change($0)) }
+            let mailbox = WebEventMailbox()
+            let subscription = queue.subscribe { mailbox.post(.change($0)) }
             let heartbeat = Task {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .seconds(15))
-                    continuation.yield(.heartbeat)
+                    mailbox.post(.keepAlive)
                 }
             }
             defer {
                 queue.unsubscribe(subscription)
                 heartbeat.cancel()
-                continuation.finish()
+                mailbox.close()
             }
             let snapshot = SnapshotAnswer(counts: Self.counts(queue), settings: queue.settings)
             try await writer.write(ByteBuffer(string: "retry: 2000\nevent: snapshot\ndata: \(WebJSON.string(snapshot))\n\n"))
-            for await item in stream.cancelOnGracefulShutdown() {
-                let text: String
-                switch item {
-                case .heartbeat: text = ": keep-alive\n\n"
-                case .change(.changed(let download)):
-                    // Written from its record, as lists are (`JSONEncoder` for what a record does not hold).
-                    guard let record = DownloadRecord(whole: download) else {
-                        text = "event: download\ndata: \(WebJSON.string(download))\n\n"
-                        break
+            try await withGracefulShutdownHandler {
+                try await withTaskCancellationHandler {
+                    while let items = await mailbox.take() {
+                        try await writer.write(ByteBuffer(bytes: Self.events(items)))
                     }
-                    var buffer = ByteBuffer(string: "event: download\ndata: ")
-                    buffer.writeBytes(record.bytes)
-                    buffer.writeString("\n\n")
-                    try await writer.write(buffer)
-                    continue
-                case .change(.removed(let id)): text = "event: removed\ndata: {\"id\":\(id)}\n\n"
-                case .change(.settings(let settings)): text = "event: settings\ndata: \(WebJSON.string(settings))\n\n"
+                } onCancel: {
+                    mailbox.close()
                 }
-                try await writer.write(ByteBuffer(string: text))
+            } onGracefulShutdown: {
+                mailbox.close()
             }
             try await writer.finish(nil)
         }
@@ -292,6 +280,32 @@ public final class WebUIServer: Sendable {
             headers: [.contentType: "text/event-stream", .cacheControl: "no-store"],
             body: body
         )
+    }
+
+    /// `items` as the stream's text: a `download` event with its record (as lists have it;
+    /// `JSONEncoder`'s for what a record does not hold), `removed`, `settings`, a keep-alive
+    /// comment.
+    static func events(_ items: [WebEventMailbox.Item]) -> [UInt8] {
+        var writer = JSONWriter(capacity: items.count * 400)
+        for item in items {
+            switch item {
+            case .keepAlive:
+                writer.append(raw: ": keep-alive\n\n")
+            case .change(.changed(let download)):
+                writer.append(raw: "event: download\ndata: ")
+                if !DownloadRecord.appendWhole(download, to: &writer) { writer.append(verbatim: WebJSON.string(download)) }
+                writer.append(raw: "\n\n")
+            case .change(.removed(let id)):
+                writer.append(raw: "event: removed\ndata: {\"id\":")
+                writer.append(integer: id)
+                writer.append(raw: "}\n\n")
+            case .change(.settings(let settings)):
+                writer.append(raw: "event: settings\ndata: ")
+                writer.append(verbatim: WebJSON.string(settings))
+                writer.append(raw: "\n\n")
+            }
+        }
+        return writer.bytes
     }
 
     private static func id(_ context: BasicRequestContext) throws -> Int64 {
