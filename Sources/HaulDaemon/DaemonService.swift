@@ -3,6 +3,7 @@ import HaulCore
 import HaulStore
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 /// `hauld` as a service: takes the store's lock, opens the store, builds the one transfer core
 /// and its two owners (background sessions and the queue), resumes interrupted transfers,
@@ -31,6 +32,52 @@ public struct DaemonService: Service {
 
     /// How often an idle hauld hands back pages it does not use (``WorkingSetTrimmer``).
     static let trimInterval: Duration = .seconds(30)
+
+    /// How long the web UI and the aria2 RPC have to close their connections once hauld shuts
+    /// down, before they are cancelled.
+    static let serverShutdownLimit: Duration = .seconds(3)
+
+    /// Waits for the servers to finish what they answer and close their connections; cancels
+    /// them when a peer keeps one open past ``serverShutdownLimit`` (a WebSocket peer that
+    /// does not answer the close), and stops waiting a second later: Hummingbird's WebSocket
+    /// server waits for a connection's first request without end, even cancelled (a connection
+    /// opened to the RPC and left silent kept hauld from exiting until it was killed). Nothing
+    /// of the daemon's is left to save by then: transfers are paused, the queue's state is
+    /// stored.
+    static func stop(_ servers: [Task<Void, Never>], logger: Logger) async {
+        guard !servers.isEmpty else { return }
+        let finished = Task {
+            for server in servers { await server.value }
+        }
+        if await Self.first(finished, within: Self.serverShutdownLimit) { return }
+        logger.notice("shutting down: connections still open after \(Self.serverShutdownLimit), closing them")
+        for server in servers { server.cancel() }
+        if await Self.first(finished, within: .seconds(1)) { return }
+        logger.notice("shutting down: a connection that never sent a request keeps a server from stopping; not waiting for it")
+    }
+
+    /// Whether `task` finished within `limit` (`false` as soon as the limit passes, while it
+    /// goes on).
+    private static func first(_ task: Task<Void, Never>, within limit: Duration) async -> Bool {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            let resumed = Mutex(false)
+            let resume: @Sendable (Bool) -> Void = { finished in
+                let first = resumed.withLock { done in
+                    defer { done = true }
+                    return !done
+                }
+                if first { continuation.resume(returning: finished) }
+            }
+            Task {
+                await task.value
+                resume(true)
+            }
+            Task {
+                try? await Task.sleep(for: limit)
+                resume(false)
+            }
+        }
+    }
 
     public init(
         paths: DaemonPaths,
@@ -116,18 +163,21 @@ public struct DaemonService: Service {
         }
         let server = try await DaemonServer.start(path: self.paths.socketPath, daemon: daemon, queue: queue, web: web, rpc: rpc)
         self.logger.info("hauld \(getpid()) serving \(self.paths.socketPath), store \(self.paths.storePath), queue \(queueStore.storeDescription)")
-        await withDiscardingTaskGroup { group in
-            if let web {
-                group.addTask {
-                    // A web UI that cannot bind (port taken) is reported; transfers go on.
-                    do { try await web.run() } catch { self.logger.error("web UI not available: \(error)") }
-                }
-            }
-            if let rpc {
-                group.addTask {
-                    do { try await rpc.run() } catch { self.logger.error("aria2 RPC not available: \(error)") }
-                }
-            }
+        // The web UI and the RPC run beside the daemon's own work, ended with it below.
+        var servers: [Task<Void, Never>] = []
+        if let web {
+            servers.append(Task {
+                // A web UI that cannot bind (port taken) is reported; transfers go on.
+                do { try await web.run() } catch { self.logger.error("web UI not available: \(error)") }
+            })
+        }
+        if let rpc {
+            servers.append(Task {
+                do { try await rpc.run() } catch { self.logger.error("aria2 RPC not available: \(error)") }
+            })
+        }
+        let running = servers
+        await withTaskCancellationHandler {
             // Give back the start-up's pages at the first quiet second once serving (a daemon
             // that a client starts and asks at once was left at its start-up's size for a whole
             // interval), then whenever it was quiet for an interval.
@@ -148,6 +198,9 @@ public struct DaemonService: Service {
             await server.close()
             await core.shutdown()
             queue.leaveFleet()
+            await Self.stop(running, logger: self.logger)
+        } onCancel: {
+            for server in running { server.cancel() }
         }
         unlink(self.paths.socketPath)
         withExtendedLifetime(lock) {}

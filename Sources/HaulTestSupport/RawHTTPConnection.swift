@@ -65,7 +65,7 @@ public final class RawHTTPConnection {
         return Array((head + "\r\n").utf8) + body
     }
 
-    /// The next answer (its body framed by `Content-Length`).
+    /// The next answer (its body framed by `Content-Length`; none for 1xx, 204 and 304).
     public func readResponse() throws -> Response {
         let headerEnd = try self.fill { buffer in
             buffer.indices.dropLast(3).first { buffer[$0] == 13 && buffer[$0 + 1] == 10 && buffer[$0 + 2] == 13 && buffer[$0 + 3] == 10 }
@@ -78,7 +78,11 @@ public final class RawHTTPConnection {
             guard let colon = line.firstIndex(of: ":") else { continue }
             headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
         }
-        guard let length = headers["content-length"].flatMap(Int.init) else { throw Failure(description: "no Content-Length: \(headers)") }
+        // An informational answer (101 Switching Protocols), 204 and 304 have no body.
+        let bodiless = (100..<200).contains(status) || status == 204 || status == 304
+        guard let length = headers["content-length"].flatMap(Int.init) ?? (bodiless ? 0 : nil) else {
+            throw Failure(description: "no Content-Length: \(headers)")
+        }
         let bodyStart = headerEnd + 4
         _ = try self.fill { $0.count >= bodyStart + length ? 0 : nil }
         let body = Array(self.buffer[bodyStart..<(bodyStart + length)])

@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import HaulCore
+@testable import HaulDaemon
 import HaulTestSupport
 import HummingbirdWSClient
 import Logging
@@ -451,6 +452,35 @@ struct Aria2RPCProcessTests {
         #expect(after.count == before.count && (after.first?["gid"] as? String) == (before.first?["gid"] as? String))
         #expect(try await rpc.call("aria2.getGlobalStat") is [String: String], "still answering")
         _ = await daemon.terminate()
+    }
+
+    @Test("SIGTERM with a silent connection and a WebSocket peer that never answers the close open on the RPC: hauld stops within seconds, exit 0")
+    func stopsDespiteStuckConnections() async throws {
+        let daemon = try DaemonProcess()
+        let rpc = try await daemon.startWithRPC()
+        let port = try #require(URL(string: rpc.endpoint)?.port)
+        // Connected, never a byte sent (Hummingbird waits for its first request without end).
+        let silent = try RawHTTPConnection(port: port)
+        // Upgraded, then deaf: it never answers the close hauld sends as it stops.
+        let deaf = try RawHTTPConnection(port: port)
+        try deaf.send(RawHTTPConnection.request("GET", "/jsonrpc", headers: [
+            "Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13",
+        ]))
+        #expect(try deaf.readResponse().status == 101)
+        let process = try #require(daemon.process)
+        let stopping = ContinuousClock.now
+        process.terminate()
+        // Bounded here: before, hauld waited for these connections until it was killed.
+        let exited = await waitUntil(timeout: .seconds(15)) { !process.isRunning }
+        let took = ContinuousClock.now - stopping
+        #expect(exited, "still running 15 s after SIGTERM")
+        await daemon.kill9()
+        #expect(process.terminationStatus == 0)
+        #expect(took < .seconds(8), "stopped after \(took)")
+        #expect(took >= DaemonService.serverShutdownLimit, "the servers were given their time: \(took)")
+        #expect(daemon.logText.contains("connections still open after"), "\(daemon.logText.suffix(600))")
+        withExtendedLifetime((silent, deaf)) {}
+        daemon.cleanUp()
     }
 
     @Test("One connection, pipelined: reads answered at once, a change's answer in its place, the router's answers interleaved in order, Connection: close and oversized bodies")
