@@ -26,6 +26,12 @@ struct WebEventMailboxTests {
         let mailbox = WebEventMailbox(capacity: 4)
         for id in 1...10 as ClosedRange<Int64> { mailbox.post(Self.change(id)) }
         #expect(await mailbox.take() == (7...10).map { Self.change($0) })
+        // Long past its capacity (what was dropped is moved out in bulk): still the newest.
+        let full = WebEventMailbox(capacity: 100)
+        for id in 1...1_037 as ClosedRange<Int64> { full.post(Self.change(id)) }
+        #expect(await full.take() == (938...1_037).map { Self.change($0) })
+        full.post(Self.change(2_000))
+        #expect(await full.take() == [Self.change(2_000)], "empty after a take")
     }
 
     @Test("Closing wakes a waiting take with nothing; what was posted before still comes first; posts after are ignored")

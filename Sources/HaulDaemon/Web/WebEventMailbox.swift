@@ -18,9 +18,13 @@ final class WebEventMailbox: Sendable {
     }
 
     private struct State {
+        /// `items[head...]` wait; those before were dropped (moved out in bulk, not one by one).
         var items: [Item] = []
+        var head = 0
         var waiter: CheckedContinuation<Void, Never>?
         var isClosed = false
+
+        var waiting: Int { self.items.count - self.head }
     }
 
     private let state = Mutex(State())
@@ -37,7 +41,15 @@ final class WebEventMailbox: Sendable {
         let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
             guard !state.isClosed else { return nil }
             state.items.append(item)
-            if state.items.count > self.capacity { state.items.removeFirst(state.items.count - self.capacity) }
+            if state.waiting > self.capacity {
+                state.head += 1
+                // What was dropped goes once it is half the array: no shift of 10,000 items
+                // for every change a page that stopped reading is sent.
+                if state.head * 2 > state.items.count {
+                    state.items.removeFirst(state.head)
+                    state.head = 0
+                }
+            }
             defer { state.waiter = nil }
             return state.waiter
         }
@@ -49,16 +61,19 @@ final class WebEventMailbox: Sendable {
     func take() async -> [Item]? {
         while true {
             let taken = self.state.withLock { state -> [Item]?? in
-                if !state.items.isEmpty {
-                    defer { state.items = [] }
-                    return .some(state.items)
+                if state.waiting > 0 {
+                    defer {
+                        state.items = []
+                        state.head = 0
+                    }
+                    return .some(state.head == 0 ? state.items : Array(state.items[state.head...]))
                 }
                 return state.isClosed ? .some(nil) : .none
             }
             if let taken { return taken }
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let ready = self.state.withLock { state -> Bool in
-                    if !state.items.isEmpty || state.isClosed { return true }
+                    if state.waiting > 0 || state.isClosed { return true }
                     precondition(state.waiter == nil, "one taker at a time")
                     state.waiter = continuation
                     return false
