@@ -10,14 +10,6 @@ public struct DownloadRecord: Sendable, Hashable {
     /// Where each field's `"name":value` starts in ``bytes`` (0: absent), by field index.
     private var starts: [UInt32]
 
-    /// The record of `info` when it holds all of it; `nil` for a download with members a record
-    /// does not hold (a segmented run's `sources`), which only `JSONEncoder` writes. For what
-    /// tells of one download (a subscriber's change event), where a list drops them.
-    public init?(whole info: QueuedDownloadInfo) {
-        guard info.sources == nil else { return nil }
-        self.init(info)
-    }
-
     public init(_ info: QueuedDownloadInfo) {
         self.init(info, wanted: .max)
     }
@@ -34,10 +26,10 @@ public struct DownloadRecord: Sendable, Hashable {
     /// `wanted`: a bit for each field written, by field index.
     private init(_ info: QueuedDownloadInfo, wanted: UInt32) {
         var writer = JSONWriter(capacity: wanted == .max ? 320 : 32)
-        var starts = [UInt32](repeating: 0, count: DownloadField.allCases.count)
+        var starts: [UInt32]? = [UInt32](repeating: 0, count: DownloadField.allCases.count)
         Self.write(info, wanted: wanted, to: &writer, starts: &starts)
         self.bytes = writer.bytes
-        self.starts = starts
+        self.starts = starts!
     }
 
     /// Appends `info` as a JSON object with only the members of `fields` (and `id`, in
@@ -46,29 +38,30 @@ public struct DownloadRecord: Sendable, Hashable {
     public static func append(_ info: QueuedDownloadInfo, fields: [DownloadField], to writer: inout JSONWriter) {
         var wanted: UInt32 = 1 << Self.index(.id)
         for field in fields { wanted |= 1 << Self.index(field) }
-        var noStarts: [UInt32] = []
+        var noStarts: [UInt32]?
         Self.write(info, wanted: wanted, to: &writer, starts: &noStarts)
     }
 
     /// Appends `info` whole, the bytes of its record; `false` (nothing appended) for a download
-    /// with members a record does not hold (``init(whole:)``).
+    /// with members a record does not hold (a segmented run's `sources`, which only
+    /// `JSONEncoder` writes): for what tells of one download (a subscriber's change), where a
+    /// list drops them.
     public static func appendWhole(_ info: QueuedDownloadInfo, to writer: inout JSONWriter) -> Bool {
         guard info.sources == nil else { return false }
-        var noStarts: [UInt32] = []
+        var noStarts: [UInt32]?
         Self.write(info, wanted: .max, to: &writer, starts: &noStarts)
         return true
     }
 
-    /// Writes the object of `info`'s `wanted` members; where each starts goes into `starts`
-    /// unless it is empty.
-    private static func write(_ info: QueuedDownloadInfo, wanted: UInt32, to writer: inout JSONWriter, starts: inout [UInt32]) {
+    /// Writes the object of `info`'s `wanted` members; where each starts (from the object's
+    /// brace) goes into `starts` when there is one.
+    private static func write(_ info: QueuedDownloadInfo, wanted: UInt32, to writer: inout JSONWriter, starts: inout [UInt32]?) {
         let objectStart = writer.bytes.count
-        let recordsStarts = !starts.isEmpty
         writer.append(UInt8(ascii: "{"))
         func member(_ field: DownloadField, _ value: (inout JSONWriter) -> Void) {
             guard wanted & (1 << Self.index(field)) != 0 else { return }
             if writer.bytes.count > objectStart + 1 { writer.append(UInt8(ascii: ",")) }
-            if recordsStarts { starts[Self.index(field)] = UInt32(writer.bytes.count - objectStart) }
+            starts?[Self.index(field)] = UInt32(writer.bytes.count - objectStart)
             writer.append(UInt8(ascii: "\""))
             writer.append(verbatim: field.rawValue)
             writer.append(raw: "\":")
