@@ -11,6 +11,21 @@ struct DaemonRequestTests {
         try JSONDecoder().decode(DaemonRequest.self, from: Data(line.utf8))
     }
 
+    @Test("A field is found by its name as its raw value finds it; anything else is no field")
+    func fieldsByName() throws {
+        for field in DownloadField.allCases {
+            #expect(DownloadField.named(field.rawValue) == field)
+            for near in [field.rawValue.uppercased(), field.rawValue + " ", " " + field.rawValue, String(field.rawValue.dropLast()), field.rawValue + "s"] {
+                #expect(DownloadField.named(near) == DownloadField(rawValue: near), "\(near)")
+            }
+        }
+        for other in ["", "ID", "sources", "download", "pathname", "\u{0}id"] {
+            #expect(DownloadField.named(other) == nil, "\(other)")
+        }
+        #expect(try DownloadField.parse(["state", "id"]) == [.state, .id])
+        #expect(throws: UnknownDownloadField.self) { try DownloadField.parse(["id", "Id"]) }
+    }
+
     @Test("Lines in the documented format decode to their commands")
     func documentedLines() throws {
         #expect(try self.decode(#"{"id":1,"method":"ping"}"#) == DaemonRequest(id: 1, .ping))

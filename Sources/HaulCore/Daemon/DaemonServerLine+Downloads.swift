@@ -200,6 +200,9 @@ extension QueuedDownloadInfo {
         var bytesDone: Int64?
         var priority: Int?
         var createdAt: Date?
+        // The fields present, in order (a projection's answer to which were sent).
+        var present: [DownloadField] = []
+        if projection { present.reserveCapacity(members.count) }
         var info = QueuedDownloadInfo(
             id: 0, urls: [], directory: "", fileName: nil, path: nil, state: .waiting, bytesDone: 0, totalBytes: nil,
             errorMessage: nil, checksum: nil, priority: 0, speedLimit: nil, createdAt: Date(timeIntervalSince1970: 0),
@@ -209,7 +212,8 @@ extension QueuedDownloadInfo {
             // Exhaustive over the fields a record holds: a field added to ``DownloadField`` (and
             // so to records) does not compile here until this reader takes it too. A member that
             // is not a field (`sources`, written only by `JSONEncoder`): `JSONDecoder`'s.
-            guard let field = DownloadField(rawValue: name) else { return nil }
+            guard let field = DownloadField.named(name) else { return nil }
+            if projection { present.append(field) }
             let taken: Bool
             switch field {
             // Required: `null` is not taken.
@@ -258,9 +262,9 @@ extension QueuedDownloadInfo {
             bytesDone.map { info.bytesDone = $0 }
             priority.map { info.priority = $0 }
             createdAt.map { info.createdAt = $0 }
-            // Every member is a field (checked above): what came, worked out only for a
-            // projection (a whole list's records pay nothing for it).
-            return (info, members.compactMap { DownloadField(rawValue: $0.0) })
+            // What came (every member is a field: checked above); noted only for a projection
+            // (a whole list's records pay nothing for it).
+            return (info, present)
         }
         info.gid = gid
         info.urls = urls

@@ -29,10 +29,19 @@ public enum DownloadField: String, Codable, Sendable, Hashable, CaseIterable {
     case startedAt
     case finishedAt
 
+    /// The field named `name` (its raw value), or `nil`. One hash of the name where
+    /// `init(rawValue:)` compares it with each case's in turn: a client reading a projected
+    /// record of four members spent ~3 K instructions on the names (callgrind).
+    public static func named(_ name: String) -> DownloadField? {
+        Self.byName[name]
+    }
+
+    private static let byName: [String: DownloadField] = Dictionary(uniqueKeysWithValues: Self.allCases.map { ($0.rawValue, $0) })
+
     /// The fields named in `names`, or an error that names the unknown one and the known ones.
     public static func parse(_ names: [String]) throws -> [DownloadField] {
         try names.map { name in
-            guard let field = DownloadField(rawValue: name) else {
+            guard let field = DownloadField.named(name) else {
                 throw UnknownDownloadField(name: name)
             }
             return field

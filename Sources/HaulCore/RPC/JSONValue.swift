@@ -205,11 +205,20 @@ private struct JSONReader {
         self.position += count
     }
 
+    /// Room made for an object's members before the first is read: a download's record in an
+    /// event holds a few (4 with `haul wait`'s fields), a whole one ~20.
+    static let membersReserved = 8
+
     mutating func object(depth: Int) throws(JSONValue.ParseError) -> JSONValue {
         guard depth <= JSONValue.maximumDepth else { throw self.error("nested too deeply") }
         self.position += 1
         var members: [(String, JSONValue)] = []
         self.skipWhitespace()
+        if self.position < self.bytes.count, self.bytes[self.position] != UInt8(ascii: "}") {
+            // Grown from empty, an object of a few members was three or four allocations and
+            // copies (an event line of the queue holds three objects).
+            members.reserveCapacity(Self.membersReserved)
+        }
         if self.position < self.bytes.count, self.bytes[self.position] == UInt8(ascii: "}") {
             self.position += 1
             return .object(members)

@@ -548,6 +548,31 @@ struct QueueCommandTests {
         _ = await daemon.terminate()
     }
 
+    @Test("haul add: URLs given and those of -i, in that order, each with every option given (priority, limit, connections, directory, paused)")
+    func optionsOfEveryListedURL() async throws {
+        let daemon = try DaemonProcess()
+        try await daemon.start()
+        let cli = HaulCLI(daemon: daemon)
+        let directory = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("options")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let list = directory.appendingPathComponent("list.txt")
+        try Data("# two of them\nhttp://127.0.0.1:9/b.bin\n\nhttp://127.0.0.1:9/c.bin\n".utf8).write(to: list)
+        let added = try await cli.run(["add", "--paused", "--priority", "7", "--limit", "500K", "-x", "3", "--dir", directory.path, "http://127.0.0.1:9/a.bin", "-i", list.path])
+        #expect(added.status == 0, "\(added.standardError)")
+        let rows = try await cli.list().sorted { $0.id < $1.id }
+        #expect(rows.map { $0.urls.map(\.absoluteString) } == [["http://127.0.0.1:9/a.bin"], ["http://127.0.0.1:9/b.bin"], ["http://127.0.0.1:9/c.bin"]])
+        for row in rows {
+            #expect(row.priority == 7 && row.speedLimit == 500 * 1024 && row.maximumConnections == 3, "\(row)")
+            #expect(row.directory == directory.path && row.state == .paused, "\(row)")
+        }
+        // A bad line of the list: named by its number, nothing added.
+        try Data("http://127.0.0.1:9/d.bin\nftp://127.0.0.1/e.bin\n".utf8).write(to: list)
+        let refused = try await cli.run(["add", "--paused", "--dir", directory.path, "-i", list.path])
+        #expect(refused.status != 0 && refused.standardError.contains("\(list.path):2: not an http or https URL: 'ftp://127.0.0.1/e.bin'"), "\(refused.standardError)")
+        #expect(try await cli.list().count == 3)
+        _ = await daemon.terminate()
+    }
+
     @Test("haul watch prints the queue and redraws it as it changes")
     func watch() async throws {
         let server = try await FaultInjectingHTTPServer.start()
