@@ -146,6 +146,42 @@ struct JSONValueTests {
         }
     }
 
+    @Test("Objects and arrays hold little room past what they read, however they nest (a request's worth of small objects costs about their size, not a large reserve each)")
+    func noRoomPastWhatCame() throws {
+        var random = SystemRandomNumberGenerator()
+        func text(depth: Int) -> String {
+            let count = Int.random(in: 0...9, using: &random)
+            if depth >= 4 || Bool.random(using: &random) {
+                return "[" + (0..<count).map { index in depth < 4 && Bool.random(using: &random) ? text(depth: depth + 1) : "\(index)" }.joined(separator: ",") + "]"
+            }
+            return "{" + (0..<count).map { "\"m\($0)\":" + (Bool.random(using: &random) ? text(depth: depth + 1) : "true") }.joined(separator: ",") + "}"
+        }
+        /// Every object and array of `value`, checked; how many there were.
+        func check(_ value: JSONValue) -> Int {
+            switch value {
+            case .array(let elements):
+                #expect(elements.capacity <= max(4, 2 * elements.count), "\(elements.count) elements, room for \(elements.capacity)")
+                return elements.reduce(1) { $0 + check($1) }
+            case .object(let members):
+                #expect(members.capacity <= max(4, 2 * members.count), "\(members.count) members, room for \(members.capacity)")
+                return members.reduce(1) { $0 + check($1.1) }
+            default:
+                return 0
+            }
+        }
+        var checked = 0
+        for _ in 0..<200 {
+            let written = text(depth: 0)
+            let value = try JSONValue(parsing: Array(written.utf8))
+            #expect(value == Self.foundation(Array(written.utf8)), "\(written)")
+            checked += check(value)
+        }
+        #expect(checked > 500)
+        // Many small objects in one request, as a batch add's downloads or an RPC multicall.
+        let many = "[" + Array(repeating: "{\"a\":1}", count: 20_000).joined(separator: ",") + "]"
+        #expect(check(try JSONValue(parsing: Array(many.utf8))) == 20_001)
+    }
+
     @Test("The grammar's corners")
     func corners() throws {
         func reads(_ text: String) -> JSONValue? { try? JSONValue(parsing: Array(text.utf8)) }
