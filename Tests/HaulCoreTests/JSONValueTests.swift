@@ -147,7 +147,7 @@ struct JSONValueTests {
     }
 
     @Test("Objects and arrays hold little room past what they read, however they nest (a request's worth of small objects costs about their size, not a large reserve each)")
-    func noRoomPastWhatCame() throws {
+    func roomBoundedByWhatCame() throws {
         var random = SystemRandomNumberGenerator()
         func text(depth: Int) -> String {
             let count = Int.random(in: 0...9, using: &random)
