@@ -68,13 +68,14 @@ public struct DaemonService: Service {
                 }
                 if first { continuation.resume(returning: finished) }
             }
+            let timer = Task {
+                try? await Task.sleep(for: limit)
+                resume(false)
+            }
             Task {
                 await task.value
                 resume(true)
-            }
-            Task {
-                try? await Task.sleep(for: limit)
-                resume(false)
+                timer.cancel()
             }
         }
     }
