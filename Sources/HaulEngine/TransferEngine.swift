@@ -106,7 +106,8 @@ package final class TransferEngine: Sendable {
         cookieJar: (any TransferCookieJar)? = nil,
         interceptors: [any TransferInterceptor] = [],
         serverTrustHandler: ServerTrustGate.Handler? = nil,
-        responseCache: (any TransferResponseCache)? = nil
+        responseCache: (any TransferResponseCache)? = nil,
+        sharingLimiter sharedLimiter: HostConnectionLimiter? = nil
     ) {
         self.configuration = configuration
         self.responseCache = responseCache
@@ -119,12 +120,14 @@ package final class TransferEngine: Sendable {
         let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         self.eventLoop = eventLoop
         self.taskExecutor = EventLoopTaskExecutor(eventLoop)
-        self.limiter = HostConnectionLimiter(limit: configuration.maximumConnectionsPerHost)
+        // Engines that carry one owner's transfers on several loops share one count per host.
+        self.limiter = sharedLimiter ?? HostConnectionLimiter(limit: configuration.maximumConnectionsPerHost)
         self.directConnections = configuration.usesDirectHTTP1 && !configuration.recordsMetrics
             ? HTTP1ConnectionPool(
                 eventLoop: eventLoop,
                 connectTimeout: .nanoseconds(Self.nanoseconds(configuration.connectTimeout)),
-                idleTimeout: .nanoseconds(Self.nanoseconds(configuration.idleTimeout))
+                idleTimeout: .nanoseconds(Self.nanoseconds(configuration.idleTimeout)),
+                limiter: sharedLimiter
             )
             : nil
         self.redirectPolicy = RedirectPolicy(maximumRedirects: configuration.maximumRedirects)
@@ -203,6 +206,14 @@ package final class TransferEngine: Sendable {
         else { return nil }
         let exchange = pool.execute(url: url, origin: origin, method: HTTPMethod(rawValue: method), headers: headers, sink: sink)
         return .direct(exchange, ended: exchange.ended.flatMapThrowing { try finished() })
+    }
+
+    /// Whether a download's `GET` of `url` goes over the engine's own HTTP/1.1 connections
+    /// (``Configuration/usesDirectHTTP1``: plain HTTP, no proxy), which engines sharing a
+    /// limiter keep within its per-host count together (``DirectConnectionCensus``).
+    package func carriesDirectly(_ url: URL) -> Bool {
+        guard self.directConnections != nil else { return false }
+        return HTTP1ConnectionPool.carries(origin: URLOrigin(url), method: "GET", hasBody: false, isProxied: self.configuration.proxies.proxy(for: url) != nil)
     }
 
     /// Closes the connection pools. In-flight requests fail.

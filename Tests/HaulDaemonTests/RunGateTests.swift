@@ -21,10 +21,10 @@ struct RunGateTests {
     }
 
     /// Enters in a task; `order` records the numbers in the order they were admitted.
-    static func enter(_ gate: RunGate, _ entry: TransferScheduler.Entry, order: Order) -> Task<Bool, Never> {
+    static func enter(_ gate: RunGate, _ entry: TransferScheduler.Entry, lane: RunGate.Lane? = nil, order: Order) -> Task<Bool, Never> {
         Task {
             do {
-                try await gate.enter(entry, number: gate.issueNumber())
+                try await gate.enter(entry, lane: lane, number: gate.issueNumber())
                 order.append(entry.id.number)
                 return true
             } catch {
@@ -129,6 +129,41 @@ struct RunGateTests {
         for task in [second, third, fourth] { task.cancel() }
     }
 
+    @Test("A lane shares its host's slots: each holds at most its share, and a slot given back goes to a run of the same lane, even one ranked lower than the other lane's")
+    func lanesKeepTheirShare() async throws {
+        #expect((0..<3).map { RunGate.Lane(index: $0, count: 3).share(of: 16) } == [6, 5, 5])
+        #expect((0..<2).map { RunGate.Lane(index: $0, count: 2).share(of: 1) } == [1, 0])
+        let gate = RunGate(limits: .init(maximumConcurrent: 10, maximumPerHost: 4))
+        let order = Order()
+        let zero = RunGate.Lane(index: 0, count: 2), one = RunGate.Lane(index: 1, count: 2)
+        try await gate.enter(Self.entry(1), lane: zero, number: gate.issueNumber())
+        try await gate.enter(Self.entry(2), lane: zero, number: gate.issueNumber())
+        // Lane 0 has its two of the host's four: the third waits though the host has room.
+        let third = Self.enter(gate, Self.entry(3), lane: zero, order: order)
+        try await Self.waitUntil(gate, waiting: 1)
+        try await gate.enter(Self.entry(4), lane: one, number: gate.issueNumber())
+        try await gate.enter(Self.entry(5, host: "b"), number: gate.issueNumber())
+        // Lane 1 full too now; its waiter ranks above lane 0's.
+        try await gate.enter(Self.entry(6), lane: one, number: gate.issueNumber())
+        let seventh = Self.enter(gate, Self.entry(7, priority: 9), lane: one, order: order)
+        try await Self.waitUntil(gate, waiting: 2)
+        #expect(gate.counts == (admitted: 5, waiting: 2))
+        gate.leave(host: "a", lane: zero)
+        try await Self.waitUntil(order, is: [3])
+        gate.leave(host: "a", lane: one)
+        try await Self.waitUntil(order, is: [3, 7])
+        let (thirdIn, seventhIn) = (await third.value, await seventh.value)
+        #expect(thirdIn && seventhIn)
+        // A run with no lane (a small body) counts against the host's limit, not a lane's.
+        let unlaned = Self.enter(gate, Self.entry(8), order: order)
+        try await Self.waitUntil(gate, waiting: 1)
+        gate.leave(host: "a", lane: one)
+        try await Self.waitUntil(order, is: [3, 7, 8])
+        let unlanedIn = await unlaned.value
+        #expect(unlanedIn)
+        #expect(gate.counts == (admitted: 5, waiting: 0))
+    }
+
     @Test("A ticket is taken out of the line only while it holds no slot: a waiting one leaves it, one not entered yet is refused when it enters, one holding a slot or done with it stays")
     func withdrawal() async throws {
         let gate = RunGate(limits: .init(maximumConcurrent: 1, maximumPerHost: 1))
@@ -192,7 +227,58 @@ struct RunGateTests {
         }
         #expect(total == 200_000)
         #expect(server.bodyBytesSent(forKey: "second") == 0, "nothing asked for")
+        // Given back right after the completion, on the run's loop.
+        for _ in 0..<500 where gate.counts.admitted != 0 { try await Task.sleep(for: .milliseconds(10)) }
         #expect(gate.counts == (admitted: 0, waiting: 0))
+        withExtendedLifetime(owner) {}
+        await core.shutdown()
+    }
+
+    @Test("A run's slot goes to a run on another loop only after the first run's completion told its owner: the end is heard before the admission")
+    func endHeardBeforeAdmissionOnAnotherLoop() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let core = TransferCore(limits: .init(maximumConcurrent: 1, maximumPerHost: 1, globalSpeedLimit: 0), logger: Logger(label: "run-gate-test"))
+        let engines = core.engines
+        guard engines.count > 1 else {
+            await core.shutdown()
+            return  // one core: one loop, nothing runs beside
+        }
+        #expect(engines[0].eventLoop !== engines[1].eventLoop)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-gate-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let gate = RunGate(limits: .init(maximumConcurrent: 1, maximumPerHost: 1))
+        let owner = RecordingOwner()
+        let heard = Mutex<[String]>([])
+        func run(_ name: String, _ number: Int64, on engine: TransferEngine) -> TransferRun {
+            let url = server.url("/file/\(name)?size=100000&rate=1000000")
+            return TransferRun(
+                engine: engine,
+                request: TransferRequest(url: url, method: "GET", headers: HTTPHeaderFields()),
+                destination: .file(path: directory.appendingPathComponent(name).path, resume: nil),
+                resourceTimeout: nil,
+                admission: RunGate.Ticket(gate: gate, entry: Self.entry(number)) { heard.withLock { $0.append("\(name) admitted") } },
+                observer: TrackedTransfer(id: TransferID(.queue, number), owner: owner, url: url, startingPoint: nil, totalBytes: nil, cadence: .init())
+            )
+        }
+        let first = run("first", 1, on: engines[0])
+        let second = run("second", 2, on: engines[1])
+        let ended = Mutex(0)
+        let done = AsyncStream<Void>.makeStream()
+        for item in [("first", first), ("second", second)] {
+            item.1.start { _ in
+                // The owner takes its time to hear of the end (a queue's thread that is busy):
+                // the slot is still this run's meanwhile.
+                usleep(50_000)
+                heard.withLock { $0.append("\(item.0) ended") }
+                if ended.withLock({ $0 += 1; return $0 }) == 2 { done.continuation.finish() }
+            }
+            if item.0 == "first" {
+                for _ in 0..<500 where server.bodyBytesSent(forKey: "first") == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            }
+        }
+        for await _ in done.stream {}
+        #expect(heard.withLock { $0 } == ["first admitted", "first ended", "second admitted", "second ended"])
         withExtendedLifetime(owner) {}
         await core.shutdown()
     }

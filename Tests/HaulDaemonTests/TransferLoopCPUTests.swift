@@ -31,6 +31,34 @@ struct TransferLoopCPUTests {
         }
     }
 
+    @Test("A thread let go runs on every CPU of the process again, and is kept off the loop's CPU again when asked")
+    func releasedAndKeptOffAgain() throws {
+        let process = try #require(TransferLoopCPU.allowedCPUs(of: getpid()))
+        let cpus = process.sorted()
+        let tracker = TransferLoopCPU()
+        let (untouched, narrowed, released, again) = Self.onOwnThread { () -> (Set<Int32>?, Set<Int32>?, Set<Int32>?, Set<Int32>?) in
+            // Never narrowed: nothing to let go.
+            tracker.releaseCaller()
+            let untouched = TransferLoopCPU.allowedCPUs()
+            tracker.noteLoopRuns(on: cpus[0])
+            tracker.keepCallerOffLoopCPU()
+            let narrowed = TransferLoopCPU.allowedCPUs()
+            tracker.releaseCaller()
+            let released = TransferLoopCPU.allowedCPUs()
+            // The loop has not moved, yet the thread is narrowed again (it was let go between).
+            tracker.keepCallerOffLoopCPU()
+            return (untouched, narrowed, released, TransferLoopCPU.allowedCPUs())
+        }
+        #expect(untouched == process)
+        #expect(released == process)
+        if cpus.count >= 2 {
+            #expect(narrowed == process.subtracting([cpus[0]]))
+            #expect(again == process.subtracting([cpus[0]]))
+        } else {
+            #expect(narrowed == process && again == process)
+        }
+    }
+
     @Test("Before the loop reports where it runs, a drain's thread keeps every CPU")
     func nothingBeforeTheLoopReports() throws {
         let process = try #require(TransferLoopCPU.allowedCPUs(of: getpid()))

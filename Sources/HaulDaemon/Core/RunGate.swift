@@ -24,9 +24,27 @@ final class RunGate: Sendable {
         var maximumPerHost: Int
     }
 
+    /// The loop a run of a host spread over several (``LoopSpread``) runs on: its slots of the
+    /// host are that loop's share of the host's (``share(of:)``), so that a slot a run gives back
+    /// goes to a run on the same loop, which takes over its idle connection (a slot handed to
+    /// another loop had one connection closed and one opened: half of the files of a list).
+    struct Lane: Sendable, Hashable {
+        /// Which loop, below `count`.
+        var index: Int
+        /// Loops the host's runs are spread over.
+        var count: Int
+
+        /// This lane's part of `limit` slots: an even share, the first lanes one more while
+        /// slots are left over.
+        func share(of limit: Int) -> Int {
+            limit / self.count + (self.index < limit % self.count ? 1 : 0)
+        }
+    }
+
     private struct Waiter {
         var number: UInt64
         var entry: TransferScheduler.Entry
+        var lane: Lane?
         var continuation: CheckedContinuation<Void, any Error>
     }
 
@@ -43,19 +61,42 @@ final class RunGate: Sendable {
         var limits: Limits
         var admitted = 0
         var admittedPerHost: [String: Int] = [:]
+        /// Slots taken by lane, for the hosts with lanes.
+        var admittedPerLane: [String: [Int]] = [:]
         var waiters: [Waiter] = []
         /// Each ticket that entered or was withdrawn, until it is released (none for a ticket
         /// that has not entered yet).
         var places: [UInt64: Place] = [:]
         var nextNumber: UInt64 = 0
 
-        func fits(_ host: String) -> Bool {
+        func fits(_ host: String, _ lane: Lane?) -> Bool {
             self.admitted < self.limits.maximumConcurrent && self.admittedPerHost[host, default: 0] < self.limits.maximumPerHost
+                && self.laneFits(host, lane)
         }
 
-        mutating func take(_ host: String) {
+        func laneFits(_ host: String, _ lane: Lane?) -> Bool {
+            guard let lane else { return true }
+            let taken = self.admittedPerLane[host].map { lane.index < $0.count ? $0[lane.index] : 0 } ?? 0
+            return taken < lane.share(of: self.limits.maximumPerHost)
+        }
+
+        mutating func take(_ host: String, _ lane: Lane?) {
             self.admitted += 1
             self.admittedPerHost[host, default: 0] += 1
+            guard let lane else { return }
+            var taken = self.admittedPerLane[host] ?? []
+            if taken.count <= lane.index { taken += Array(repeating: 0, count: lane.index + 1 - taken.count) }
+            taken[lane.index] += 1
+            self.admittedPerLane[host] = taken
+        }
+
+        mutating func give(_ host: String, _ lane: Lane?) {
+            self.admitted -= 1
+            self.admittedPerHost[host, default: 1] -= 1
+            if self.admittedPerHost[host] == 0 { self.admittedPerHost[host] = nil }
+            guard let lane, var taken = self.admittedPerLane[host], lane.index < taken.count, taken[lane.index] > 0 else { return }
+            taken[lane.index] -= 1
+            self.admittedPerLane[host] = taken.allSatisfy { $0 == 0 } ? nil : taken
         }
 
         /// Takes slots for the best-ranked waiters that fit, as long as any does.
@@ -79,12 +120,13 @@ final class RunGate: Sendable {
                         }
                         roomy = host
                     }
+                    if self.waiters[index].lane != nil, !self.laneFits(host, self.waiters[index].lane) { continue }
                     if let current = best, !TransferScheduler.isWorse(self.waiters[current].entry, than: self.waiters[index].entry) { continue }
                     best = index
                 }
                 guard let best else { break }
                 let waiter = self.waiters.remove(at: best)
-                self.take(waiter.entry.host)
+                self.take(waiter.entry.host, waiter.lane)
                 self.places[waiter.number] = .holding
                 admitted.append(waiter)
             }
@@ -122,15 +164,15 @@ final class RunGate: Sendable {
     ///
     /// - Throws: `CancellationError` when the calling task is cancelled while waiting, or when
     ///   the ticket was withdrawn.
-    func enter(_ entry: TransferScheduler.Entry, number: UInt64) async throws {
+    func enter(_ entry: TransferScheduler.Entry, lane: Lane? = nil, number: UInt64) async throws {
         let waits = try self.state.withLock { state throws(CancellationError) -> Bool in
             if state.places[number] == .withdrawn {
                 state.places[number] = nil
                 throw CancellationError()
             }
             if Task.isCancelled { throw CancellationError() }
-            if state.fits(entry.host) {
-                state.take(entry.host)
+            if state.fits(entry.host, lane) {
+                state.take(entry.host, lane)
                 state.places[number] = .holding
                 return false
             }
@@ -145,12 +187,12 @@ final class RunGate: Sendable {
                         return .failure(CancellationError())
                     }
                     if Task.isCancelled { return .failure(CancellationError()) }
-                    if state.fits(entry.host) {
-                        state.take(entry.host)
+                    if state.fits(entry.host, lane) {
+                        state.take(entry.host, lane)
                         state.places[number] = .holding
                         return .success(true)
                     }
-                    state.waiters.append(Waiter(number: number, entry: entry, continuation: continuation))
+                    state.waiters.append(Waiter(number: number, entry: entry, lane: lane, continuation: continuation))
                     state.places[number] = .waiting
                     return .success(false)
                 }
@@ -207,12 +249,10 @@ final class RunGate: Sendable {
 
     /// Gives back a slot of `host` (held by ticket `number`, if given); the best-ranked
     /// waiters that fit take the free slots.
-    func leave(host: String, number: UInt64? = nil) {
+    func leave(host: String, lane: Lane? = nil, number: UInt64? = nil) {
         let admitted = self.state.withLock { state in
             if let number { state.places[number] = .done }
-            state.admitted -= 1
-            state.admittedPerHost[host, default: 1] -= 1
-            if state.admittedPerHost[host] == 0 { state.admittedPerHost[host] = nil }
+            state.give(host, lane)
             return state.admitWaiters()
         }
         for waiter in admitted { waiter.continuation.resume() }
@@ -228,12 +268,14 @@ final class RunGate: Sendable {
     final class Ticket: RunAdmission {
         let gate: RunGate
         let entry: TransferScheduler.Entry
+        let lane: Lane?
         let admitted: @Sendable () -> Void
         let number: UInt64
 
-        init(gate: RunGate, entry: TransferScheduler.Entry, admitted: @escaping @Sendable () -> Void) {
+        init(gate: RunGate, entry: TransferScheduler.Entry, lane: Lane? = nil, admitted: @escaping @Sendable () -> Void) {
             self.gate = gate
             self.entry = entry
+            self.lane = lane
             self.admitted = admitted
             self.number = gate.issueNumber()
         }
@@ -243,7 +285,7 @@ final class RunGate: Sendable {
         }
 
         func enter() async throws {
-            try await self.gate.enter(self.entry, number: self.number)
+            try await self.gate.enter(self.entry, lane: self.lane, number: self.number)
             self.admitted()
         }
 
@@ -252,7 +294,7 @@ final class RunGate: Sendable {
         }
 
         func leave() {
-            self.gate.leave(host: self.entry.host, number: self.number)
+            self.gate.leave(host: self.entry.host, lane: self.lane, number: self.number)
         }
     }
 }

@@ -87,7 +87,23 @@ public final class TransferCore: Sendable {
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
+    /// The engine of every transfer whose body is small, and of background sessions: its loop
+    /// is "the transfer loop" (``transferLoop``).
     let engine: TransferEngine
+    /// ``engine`` and one more per further core of the shared event loop group (at most
+    /// ``maximumLoops`` in all), sharing its per-host connection count: queued downloads with
+    /// large bodies are spread over them (``LoopSpread``).
+    let engines: [TransferEngine]
+    /// The most loops transfers are spread over. Each keeps connections of its own (the census
+    /// closes one loop's idle connection when another needs one beyond the host's limit): over
+    /// many loops a host's runs would find none of their own loop's idle and reconnect for each
+    /// file. Four copy a few GB/s of bodies, more than a disk takes.
+    static let maximumLoops = 4
+    /// Which engine each queued download's run goes to.
+    private let spread = Mutex(LoopSpread())
+    /// When (monotonic nanoseconds) a run last went to an engine other than ``engine``; 0: never.
+    private let lastSpreadAt = Atomic<UInt64>(0)
+    private let spreadRuns = Atomic<Int>(0)
     /// The loop the daemon's servers answer on (its socket, the web UI, the aria2 RPC): one the
     /// engine's transfers do not run on when the shared group has another, so that decoding a
     /// large `queueAdd` or encoding a list for a polling page never holds up a transfer's reads
@@ -131,7 +147,13 @@ public final class TransferCore: Sendable {
         // write threads, two at a time, not on the loop (1,000 × 16 KiB into a fresh ext4
         // directory: the loop had spent two thirds of its time creating files).
         engineConfiguration.offloadsSlowFileCreation = true
-        self.engine = TransferEngine(configuration: engineConfiguration)
+        // One count of connections per host for every engine (and one census of those they
+        // keep open: together, never more than the limit).
+        let limiter = HostConnectionLimiter(limit: limits.maximumPerHost)
+        self.engines = (0..<max(1, min(System.coreCount, Self.maximumLoops))).map { _ in
+            TransferEngine(configuration: engineConfiguration, sharingLimiter: limiter)
+        }
+        self.engine = self.engines[0]
         let engineLoop = self.engine.eventLoop
         self.serviceLoop = MultiThreadedEventLoopGroup.singleton.makeIterator().first { $0 !== engineLoop } ?? engineLoop
         self.globalLimiter = BandwidthLimiter(bytesPerSecond: limits.globalSpeedLimit)
@@ -281,6 +303,57 @@ public final class TransferCore: Sendable {
         if !replaced, let started { self.logger.error("scheduler: \(started.id) started in the slot of \(old), which it no longer had") }
     }
 
+    // MARK: - Loops
+
+    /// The engine the run of a queued download of `url` from `host` (``TransferRun/hostKey(_:)``)
+    /// goes to, `knownBytes` long when its length is known: ``engine`` unless its body is large
+    /// (``LoopSpread``) and it goes over the engines' own HTTP/1.1 connections, whose count per
+    /// host the engines keep together (``TransferEngine/carriesDirectly(_:)``; AsyncHTTPClient's
+    /// pools, for HTTPS and proxies, are each an engine's own). Called once per start, from
+    /// any thread.
+    /// `lane`: the loop the run was counted on, for its slot at the gate (``admission(for:lane:admitted:)``)
+    /// and to give back with ``runEnded(host:lane:)``; `nil` when it was not (small bodies, one
+    /// loop).
+    func engine(for url: URL, host: String, knownBytes: Int64?) -> (engine: TransferEngine, lane: RunGate.Lane?) {
+        guard self.engines.count > 1 else { return (self.engine, nil) }
+        // Never more loops than the host may have connections: each would want one of its own.
+        let loops = min(self.engines.count, self.engine.limiter.limit)
+        guard let index = self.spread.withLock({ $0.loop(forHost: host, knownBytes: knownBytes, loops: loops) }) else { return (self.engine, nil) }
+        let lane = RunGate.Lane(index: index, count: loops)
+        guard self.engine.carriesDirectly(url) else {
+            self.runEnded(host: host, lane: lane)
+            return (self.engine, nil)
+        }
+        if index != 0 {
+            self.lastSpreadAt.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
+            self.spreadRuns.add(1, ordering: .relaxed)
+        }
+        return (self.engines[index], lane)
+    }
+
+    /// A run that ``engine(for:host:knownBytes:)`` counted on `lane` has ended (or never ran).
+    func runEnded(host: String, lane: RunGate.Lane) {
+        self.spread.withLock { $0.ended(host: host, loop: lane.index) }
+    }
+
+    /// Runs of queued downloads sent to an engine other than ``engine`` since the start.
+    var runsOnOtherLoops: Int { self.spreadRuns.load(ordering: .relaxed) }
+
+    /// A queued download from `host` completed with a body of `bytes` (what the next starts
+    /// from that host go by). Once per completed download.
+    func noteBody(host: String, bytes: Int64) {
+        guard self.engines.count > 1 else { return }
+        self.spread.withLock { $0.noteBody(host: host, bytes: bytes) }
+    }
+
+    /// Whether runs went to more than one loop in the last second: then no core is the
+    /// transfer loop's alone, and the queue's threads do not keep off one
+    /// (``TransferLoopCPU``).
+    var isSpreading: Bool {
+        let last = self.lastSpreadAt.load(ordering: .relaxed)
+        return last != 0 && DispatchTime.now().uptimeNanoseconds &- last < 1_000_000_000
+    }
+
     /// Transfers ready to start on `host`, every owner's.
     func readyCount(host: String) -> Int {
         self.state.withLock { $0.scheduler.readyCount(host: host) }
@@ -300,9 +373,9 @@ public final class TransferCore: Sendable {
     /// Once admitted, `admitted` is called on the run's loop (at most once, never for a run
     /// stopped while it waited), and the scheduler counts it as holding a slot from its next
     /// decision on (``admissions``).
-    func admission(for id: TransferID, admitted: @escaping @Sendable () -> Void) -> (any RunAdmission)? {
+    func admission(for id: TransferID, lane: RunGate.Lane? = nil, admitted: @escaping @Sendable () -> Void) -> (any RunAdmission)? {
         guard let entry = self.state.withLock({ $0.scheduler.limits.lookAhead > 0 ? $0.scheduler.runningEntry(id) : nil }) else { return nil }
-        return RunGate.Ticket(gate: self.gate, entry: entry) {
+        return RunGate.Ticket(gate: self.gate, entry: entry, lane: lane) {
             // Bookkeeping only (no action follows from it): no decision, no hop, and not even the
             // scheduler's lock (``admissions``).
             self.admissions.withLock { $0.append(id) }
@@ -347,7 +420,7 @@ public final class TransferCore: Sendable {
             }
         }
         for owner in owners { await owner.settle() }
-        await self.engine.shutdown()
+        for engine in self.engines { await engine.shutdown() }
     }
 
     // MARK: - Deciding

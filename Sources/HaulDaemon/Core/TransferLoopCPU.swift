@@ -67,6 +67,20 @@ final class TransferLoopCPU: Sendable {
         pthread_setspecific(keptOff, UnsafeRawPointer(bitPattern: Int(cpu) + 2))
     }
 
+    /// Lets the calling thread run on every CPU of the process again, when
+    /// ``keepCallerOffLoopCPU()`` had narrowed it: while transfers run on a loop per core
+    /// (``TransferCore/isSpreading``), there is no loop's core to keep off. Nothing when the
+    /// thread was not narrowed; two system calls when it was.
+    func releaseCaller() {
+        guard let keptOff = Self.keptOff, let current = pthread_getspecific(keptOff), Int(bitPattern: current) != Self.released else { return }
+        _ = Self.allowCallerEverywhere()
+        pthread_setspecific(keptOff, UnsafeRawPointer(bitPattern: Self.released))
+    }
+
+    /// The per-thread value of a thread ``releaseCaller()`` let run everywhere (CPUs are kept as
+    /// +2: never 1).
+    private static let released = 1
+
     // MARK: - The system's calls
 
     private typealias CurrentCPU = @convention(c) () -> Int32
@@ -91,6 +105,15 @@ final class TransferLoopCPU: Sendable {
                 for bit in 0..<64 where word & (1 << UInt64(bit)) != 0 { cpus.insert(Int32(index * 64 + bit)) }
             }
             return cpus
+        }
+    }
+
+    /// Widens the caller to the process's CPUs; `false` when a call fails.
+    private static func allowCallerEverywhere() -> Bool {
+        guard let getAffinity = Self.getAffinity, let setAffinity = Self.setAffinity else { return false }
+        var set = cpu_set_t()
+        return withUnsafeMutableBytes(of: &set) { raw -> Bool in
+            getAffinity(getpid(), raw.count, raw.baseAddress!) == 0 && setAffinity(0, raw.count, raw.baseAddress!) == 0
         }
     }
 

@@ -81,8 +81,9 @@ extension DownloadQueue {
     /// ended.
     private func drainInbox() {
         dispatchPrecondition(condition: .onQueue(self.work))
-        // Off the CPU the transfer loop last reported: a drain does not take the loop's core.
-        self.core.transferLoop.keepCallerOffLoopCPU()
+        // Off the CPU the transfer loop last reported: a drain does not take the loop's core
+        // (unless large bodies run on a loop per core: then none is the loop's alone).
+        if self.core.isSpreading { self.core.transferLoop.releaseCaller() } else { self.core.transferLoop.keepCallerOffLoopCPU() }
         let events = self.inbox.withLock { inbox -> [WorkEvent] in
             inbox.drainScheduled = false
             defer { inbox.events.removeAll(keepingCapacity: true) }
@@ -304,7 +305,9 @@ extension DownloadQueue {
         var freed: [TransferID] = []
         for (id, run) in effects.runs {
             if lost.contains(id) {
-                self.state.withLock { _ = $0.running.removeValue(forKey: id) }
+                if let lost = self.state.withLock({ $0.running.removeValue(forKey: id) }), let lane = lost.lane {
+                    self.core.runEnded(host: lost.host, lane: lane)
+                }
                 freed.append(TransferID(.queue, id))
             } else {
                 self.launch(id, run)
@@ -337,16 +340,26 @@ extension DownloadQueue {
         self.launch([(id, run)])
     }
 
-    /// Starts runs from the engine's event loop, in the order given, with one wake-up of the
-    /// loop for all of them (each run's task, started from its own loop, is queued there
-    /// without another). Every launch goes this way: a run's task created off the loop would be
-    /// queued there ahead of the runs an earlier hop still carries (a download started ahead then
-    /// reached the gate, and took the slot, before one the scheduler had started in it).
+    /// Starts runs from their engines' event loops, in the order given, with one wake-up of
+    /// each loop for all of its runs (each run's task, started from its own loop, is queued
+    /// there without another). Every launch goes this way: a run's task created off the loop
+    /// would be queued there ahead of the runs an earlier hop still carries (a download started
+    /// ahead then reached the gate, and took the slot, before one the scheduler had started in
+    /// it).
     private func launch(_ runs: [(id: Int64, run: TransferRun)]) {
         guard !runs.isEmpty else { return }
-        let runs = runs.map { LaunchItem(id: $0.id, run: $0.run) }
-        self.core.engine.eventLoop.execute {
-            for item in runs { item.run.start { outcome in self.post([.ended(item.id, outcome)]) } }
+        var byLoop: [(engine: TransferEngine, items: [LaunchItem])] = []
+        for (id, run) in runs {
+            if let index = byLoop.firstIndex(where: { $0.engine === run.engine }) {
+                byLoop[index].items.append(LaunchItem(id: id, run: run))
+            } else {
+                byLoop.append((run.engine, [LaunchItem(id: id, run: run)]))
+            }
+        }
+        for (engine, items) in byLoop {
+            engine.eventLoop.execute {
+                for item in items { item.run.start { outcome in self.post([.ended(item.id, outcome)]) } }
+            }
         }
     }
 

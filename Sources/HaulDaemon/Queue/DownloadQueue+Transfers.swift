@@ -275,11 +275,14 @@ extension DownloadQueue {
         // checksum with mirror bytes before).
         let distrusted = self.state.withLock { $0.mirrorsDistrusted.contains(id) }
         let mirrors = distrusted ? [] : download.urls.filter { $0 != download.url }
+        // A fleet's daemon keeps one loop: it has no gate whose lanes keep each loop's
+        // connections to a host (``RunGate/Lane``).
+        let (engine, lane) = self.store.isShared ? (self.core.engine, nil) : self.core.engine(for: download.url, host: entry.host, knownBytes: download.totalBytes)
         // With the core's look-ahead, its run takes its slot at the core's gate (at once, or
         // when one frees): listed as waiting until it has it.
-        let admission = self.core.admission(for: entry.id) { self.post([.admitted(id)]) }
+        let admission = self.core.admission(for: entry.id, lane: lane) { self.post([.admitted(id)]) }
         let run = TransferRun(
-            engine: self.core.engine,
+            engine: engine,
             request: TransferRequest(url: download.url, method: "GET", headers: Self.headers(download.requestHeaders)),
             destination: .file(path: partial, resume: point),
             resourceTimeout: nil,
@@ -297,7 +300,7 @@ extension DownloadQueue {
         let info = download.info
         self.state.withLock {
             $0.running[id] = Running(
-                transfer: transfer, run: run, stored: download, lease: lease,
+                transfer: transfer, run: run, host: entry.host, lane: lane, stored: download, lease: lease,
                 leaseValidUntil: sentAt + self.configuration.leaseSeconds,
                 isAdmitted: admission == nil
             )
@@ -340,6 +343,7 @@ extension DownloadQueue {
     func transferEnded(_ id: Int64, outcome: TransferOutcome) {
         dispatchPrecondition(condition: .onQueue(self.work))
         guard let running = self.state.withLock({ $0.running[id] }) else { return }
+        if let lane = running.lane { self.core.runEnded(host: running.host, lane: lane) }
         let transfer = running.transfer
         let lease = running.lease
         if case .fenced = running.intent {
@@ -352,6 +356,7 @@ extension DownloadQueue {
         // memory is in it) and saves the claim with its own write.
         switch outcome {
         case .completed(let response, let total) where (200..<300).contains(response.statusCode):
+            self.core.noteBody(host: running.host, bytes: total)
             let url = response.url
             let disposition = response.headers["Content-Disposition"]
             guard running.stored.checksum == nil else {

@@ -68,6 +68,10 @@ public final class DownloadQueue: TransferOwner, Sendable {
     struct Running {
         var transfer: TrackedTransfer
         var run: TransferRun
+        /// Its scheduler entry's host key (``TransferRun/hostKey(_:)``).
+        var host: String
+        /// The loop the core counted its run on (``TransferCore/engine(for:host:knownBytes:)``).
+        var lane: RunGate.Lane?
         var intent: StopIntent?
         /// The row as last saved (kept by every write), for progress events without a store
         /// read; or as claimed, while the claim is held (``State/heldClaims``).

@@ -20,6 +20,8 @@ package final class HostConnectionLimiter: Sendable {
     }
 
     private let state: Mutex<State>
+    /// The direct connections open per host, of every engine sharing this limiter.
+    package let directConnections = DirectConnectionCensus()
 
     package init(limit: Int) {
         self.state = Mutex(State(limit: max(1, limit)))

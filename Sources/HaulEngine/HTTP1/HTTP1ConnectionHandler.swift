@@ -106,6 +106,27 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
         self.run(self.machine.exchangeFailed(), error: HTTPClientError.cancelled)
     }
 
+    /// Closes an idle connection so that the server has closed its side before the close is
+    /// over: sends the end of the stream and waits for the server's (HTTP/1.1 servers close a
+    /// kept-alive connection whose client has), then closes; at most ``gracefulCloseWait`` later
+    /// it closes regardless. For a connection whose place another one takes: the server has
+    /// counted this one out before the next one reaches it. The future succeeds once it is
+    /// closed; `nil` when it is not in a pipeline (closed already).
+    func closeGracefully() -> EventLoopFuture<Void>? {
+        guard let context = self.context else { return nil }
+        let channel = context.channel
+        self.run(self.machine.closing(), error: HTTPClientError.cancelled)
+        let closedAnyway = channel.eventLoop.scheduleTask(in: Self.gracefulCloseWait) { channel.close(promise: nil) }
+        channel.closeFuture.whenComplete { _ in closedAnyway.cancel() }
+        let halfClosed = channel.eventLoop.makePromise(of: Void.self)
+        halfClosed.futureResult.whenFailure { _ in channel.close(promise: nil) }
+        context.close(mode: .output, promise: halfClosed)
+        return channel.closeFuture
+    }
+
+    /// How long ``closeGracefully()`` waits for the server to close its side.
+    static let gracefulCloseWait = TimeAmount.seconds(1)
+
     /// Closes the connection; an exchange under way fails with `HTTPClientError.cancelled`.
     func close() {
         self.run(self.machine.closing(), error: HTTPClientError.cancelled)

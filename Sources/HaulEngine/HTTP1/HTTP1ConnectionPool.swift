@@ -17,13 +17,16 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
     // @unchecked: the mutable state is touched on `eventLoop` only (`execute` and `shutdown`
     // hop there).
 
-    fileprivate struct Key: Hashable {
+    struct Key: Hashable {
         var host: String
         var port: Int
     }
 
-    private let eventLoop: any EventLoop
+    let eventLoop: any EventLoop
     private let connectTimeout: TimeAmount
+    /// The per-host limit this pool's engine shares with others, whose census keeps the
+    /// connections of all of them within it (``DirectConnectionCensus``).
+    private let limiter: HostConnectionLimiter?
     private let idleTimeout: TimeAmount
     /// How long an unused connection is kept.
     static let keepAliveTimeout = TimeAmount.seconds(60)
@@ -36,10 +39,12 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
     private var open: [ObjectIdentifier: HTTP1ConnectionHandler] = [:]
     private var isShutDown = false
 
-    init(eventLoop: any EventLoop, connectTimeout: TimeAmount, idleTimeout: TimeAmount) {
+    init(eventLoop: any EventLoop, connectTimeout: TimeAmount, idleTimeout: TimeAmount, limiter: HostConnectionLimiter? = nil) {
         self.eventLoop = eventLoop
         self.connectTimeout = connectTimeout
         self.idleTimeout = idleTimeout
+        self.limiter = limiter
+        limiter?.directConnections.register(self)
     }
 
     /// Whether a request can go over a direct connection: a `GET` or `HEAD` without a body to
@@ -108,6 +113,23 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
             handler.start(exchange)
             return
         }
+        guard let limiter = self.limiter else { return self.connect(key, for: exchange) }
+        // Within the host's count of every engine sharing the limiter: at once, or once another
+        // connection to it has closed (``DirectConnectionCensus``).
+        limiter.directConnections.reserve(key, limit: limiter.limit, for: self).whenComplete { result in
+            switch result {
+            case .success:
+                guard exchange.isWaiting else { return limiter.directConnections.closed(key, limit: limiter.limit) }
+                self.connect(key, for: exchange)
+            case .failure(let error):
+                exchange.fail(error, mayRetry: false)
+            }
+        }
+    }
+
+    /// Opens a connection to `key` (counted in the census already, when there is one) and
+    /// starts `exchange` on it, or keeps it idle when `exchange` no longer waits.
+    private func connect(_ key: Key, for exchange: HTTP1Exchange) {
         self.connect(key).whenComplete { result in
             switch result {
             case .success(let bound):
@@ -118,9 +140,23 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
                     self.release(handler, key: key)
                 }
             case .failure(let error):
+                if let limiter = self.limiter { limiter.directConnections.closed(key, limit: limiter.limit) }
                 exchange.fail(Self.clientError(for: error), mayRetry: false)
             }
         }
+    }
+
+    /// Closes the connection to `key` idle longest, for another engine's pool about to open one
+    /// (``DirectConnectionCensus``): `true` once it is closed, `false` when none is idle.
+    func closeOneIdle(_ key: Key) -> EventLoopFuture<Bool> {
+        self.eventLoop.assertInEventLoop()
+        while var connections = self.idle[key], !connections.isEmpty {
+            let (handler, _) = connections.removeFirst()
+            self.idle[key] = connections.isEmpty ? nil : connections
+            guard !handler.isClosed, let closing = handler.closeGracefully() else { continue }
+            return closing.map { true }
+        }
+        return self.eventLoop.makeSucceededFuture(false)
     }
 
     private func takeIdle(_ key: Key) -> HTTP1ConnectionHandler? {
@@ -134,6 +170,12 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
     private func release(_ handler: HTTP1ConnectionHandler, key: Key) {
         guard !self.isShutDown, !handler.isClosed else {
             handler.close()
+            return
+        }
+        // Another engine's pool waits to open a connection to the host: this one closes for it
+        // (the server has closed its side when the place is handed over).
+        if self.limiter?.directConnections.hasWaiters(for: key) == true {
+            _ = handler.closeGracefully()
             return
         }
         self.idle[key, default: []].append((handler, .now()))
@@ -191,7 +233,7 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
 
     private func forget(_ handler: HTTP1ConnectionHandler, key: Key) {
         let id = ObjectIdentifier(handler)
-        self.open[id] = nil
+        if self.open.removeValue(forKey: id) != nil, let limiter = self.limiter { limiter.directConnections.closed(key, limit: limiter.limit) }
         self.idle[key]?.removeAll { $0.handler === handler }
         if self.idle[key]?.isEmpty == true { self.idle[key] = nil }
     }
@@ -203,6 +245,7 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
             self.sweep?.cancel()
             self.sweep = nil
             self.idle.removeAll()
+            self.limiter?.directConnections.cancelWaiters(of: self)
             let handlers = Array(self.open.values)
             for handler in handlers { handler.close() }
         }.get()

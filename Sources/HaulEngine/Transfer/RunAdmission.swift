@@ -16,7 +16,8 @@ package protocol RunAdmission: Sendable {
     /// - Returns: whether the run was taken out (`false`: it holds its slot and may be fetching).
     func withdraw(stopping stop: () -> Void) -> Bool
 
-    /// Gives the slot back. Called once per run that entered, as the run ends (before its
-    /// completion), on the run's loop.
+    /// Gives the slot back. Called once per run that entered, as the run ends (right after its
+    /// completion: whoever the completion tells hears of the end before of a run admitted in
+    /// the slot), on the run's loop.
     func leave()
 }

@@ -76,7 +76,7 @@ package final class TransferRun: Sendable {
         }
     }
 
-    let engine: TransferEngine
+    package let engine: TransferEngine
     package let initialRequest: TransferRequest
     let destination: Destination
     let resourceTimeout: Duration?
@@ -151,9 +151,14 @@ package final class TransferRun: Sendable {
         }
         // The run's steps follow its exchanges on the engine's loop (no thread hop per await).
         let task = Task(executorPreference: self.engine.taskExecutor) {
-            let outcome = self.settleFile(after: await self.run())
+            let (outcome, slot) = await self.run()
+            let settled = self.settleFile(after: outcome)
             timeout?.cancel()
-            completion(outcome)
+            completion(settled)
+            // The slot goes back as the run ends, after its completion told its owner (on this
+            // loop, to the next run waiting for one): a run admitted in it on another loop is
+            // heard of after this one's end, never before.
+            slot?.leave()
         }
         self.state.withLock { $0.runningTask = task }
     }
@@ -216,18 +221,17 @@ package final class TransferRun: Sendable {
 
     // MARK: - The run loop
 
-    private func run() async -> TransferOutcome {
-        guard let admission = self.admission else { return await self.runAdmitted() }
+    /// The run's outcome, and the slot it holds (given back by the caller once the outcome is
+    /// told), if it took one.
+    private func run() async -> (TransferOutcome, (any RunAdmission)?) {
+        guard let admission = self.admission else { return (await self.runAdmitted(), nil) }
         do {
             try await admission.enter()
         } catch {
             // Stopped while it waited: nothing fetched, nothing to keep.
-            return self.stoppedOutcome() ?? self.failure(URLError(.cancelled))
+            return (self.stoppedOutcome() ?? self.failure(URLError(.cancelled)), nil)
         }
-        // The slot goes back as the run ends, before its completion: on this loop, to the
-        // next run waiting for one.
-        defer { admission.leave() }
-        return await self.runAdmitted()
+        return (await self.runAdmitted(), admission)
     }
 
     private func runAdmitted() async -> TransferOutcome {
