@@ -51,9 +51,9 @@ package final class TransferEngine: Sendable {
         /// Whether a small download's unnamed file is created on the write threads instead of
         /// the event loop while creating files is slow (``FileBodyWriter/createsAreSlow``: on
         /// ext4, a fresh directory with many inodes deleted lately can take most of a
-        /// millisecond a file). For an engine whose one loop carries every transfer (hauld),
-        /// where every other transfer waited behind each creation; a program with a loop per
-        /// core (`haul get`) keeps creating on its loops.
+        /// millisecond a file). For an engine whose one loop carries the transfers of many small
+        /// files (hauld's), where every other transfer waited behind each creation; a program
+        /// with a loop per core (`haul get`) keeps creating on its loops.
         package var offloadsSlowFileCreation = false
 
         package init() {}

@@ -107,7 +107,8 @@ public final class TransferCore: Sendable {
     /// The loop the daemon's servers answer on (its socket, the web UI, the aria2 RPC): one the
     /// engine's transfers do not run on when the shared group has another, so that decoding a
     /// large `queueAdd` or encoding a list for a polling page never holds up a transfer's reads
-    /// and writes (every transfer of the daemon is on the engine's one loop).
+    /// and writes (every transfer of a small body is on ``engine``'s loop; those of large bodies
+    /// spread over ``engines``, whose loops include this one on a machine of two cores).
     let serviceLoop: any EventLoop
     /// Where the engine's loop runs, for owners to keep their bookkeeping threads off that CPU.
     let transferLoop = TransferLoopCPU()

@@ -6,7 +6,9 @@ import Synchronization
 
 /// Keeps the queue's bookkeeping off the CPU the transfer loop last ran on.
 ///
-/// Every transfer of hauld runs on the engine's one event loop; the queue's drains (claims,
+/// Every transfer of a small body in hauld runs on the first engine's event loop (those of large
+/// bodies spread over a loop per core, ``LoopSpread``: then no core is the loop's alone, and
+/// the drains run anywhere, ``releaseCaller()``); the queue's drains (claims,
 /// ends recorded, the scheduler's decisions) run on dispatch threads. When the kernel put a
 /// drain on the loop's core — it places a woken thread beside its waker when no core is idle,
 /// and the loop wakes the queue's thread for every few ends — the loop waited while the drain

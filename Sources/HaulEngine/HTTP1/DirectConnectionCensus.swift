@@ -50,8 +50,10 @@ package final class DirectConnectionCensus: Sendable {
 
     /// A place for one more connection to `key` within `limit`, for `pool`: succeeds on the
     /// pool's loop at once while fewer are open (and no reservation waits before it), else once
-    /// one closes. Fails with `HTTPClientError.alreadyShutdown` when the pool shuts down first.
-    func reserve(_ key: HTTP1ConnectionPool.Key, limit: Int, for pool: HTTP1ConnectionPool) -> EventLoopFuture<Void> {
+    /// one closes, or after `wait` regardless (a count that never comes down — a connection
+    /// whose close was not seen — costs a wait, never a download). Fails with
+    /// `HTTPClientError.alreadyShutdown` when the pool shuts down first.
+    func reserve(_ key: HTTP1ConnectionPool.Key, limit: Int, for pool: HTTP1ConnectionPool, waitingAtMost wait: TimeAmount) -> EventLoopFuture<Void> {
         let waiter = self.state.withLock { state -> Waiter? in
             let count = state.open[key, default: 0]
             if count < limit, state.waiting[key] == nil {
@@ -66,7 +68,22 @@ package final class DirectConnectionCensus: Sendable {
         guard let waiter else { return pool.eventLoop.makeSucceededVoidFuture() }
         let pools = self.state.withLock { state in state.pools.compactMap(\.pool) }
         _ = Self.closeIdle(key, in: pools[...], on: pool.eventLoop)
-        return waiter.promise.futureResult
+        let promise = waiter.promise
+        let late = pool.eventLoop.scheduleTask(in: wait) { self.giveUpWaiting(promise, key: key) }
+        promise.futureResult.whenComplete { _ in late.cancel() }
+        return promise.futureResult
+    }
+
+    /// `promise` waited its time: it takes a place over the limit, if it still waits.
+    private func giveUpWaiting(_ promise: EventLoopPromise<Void>, key: HTTP1ConnectionPool.Key) {
+        let found = self.state.withLock { state -> Bool in
+            guard var waiters = state.waiting[key], let index = waiters.firstIndex(where: { $0.promise.futureResult === promise.futureResult }) else { return false }
+            waiters.remove(at: index)
+            state.waiting[key] = waiters.isEmpty ? nil : waiters
+            state.open[key, default: 0] += 1
+            return true
+        }
+        if found { promise.succeed() }
     }
 
     /// A connection to `key` reserved here closed, did not connect, or was not needed: its place

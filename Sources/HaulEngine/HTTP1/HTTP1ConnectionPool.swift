@@ -116,7 +116,7 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
         guard let limiter = self.limiter else { return self.connect(key, for: exchange) }
         // Within the host's count of every engine sharing the limiter: at once, or once another
         // connection to it has closed (``DirectConnectionCensus``).
-        limiter.directConnections.reserve(key, limit: limiter.limit, for: self).whenComplete { result in
+        limiter.directConnections.reserve(key, limit: limiter.limit, for: self, waitingAtMost: self.connectTimeout).whenComplete { result in
             switch result {
             case .success:
                 guard exchange.isWaiting else { return limiter.directConnections.closed(key, limit: limiter.limit) }
@@ -218,6 +218,9 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
                 self.open[id] = handler
                 handler.onReusable = { [weak self] handler in self?.release(handler, key: key) }
                 handler.onClosed = { [weak self] handler in self?.forget(handler, key: key) }
+                // Closed before it was handed over (the server hung up at once): it will not
+                // say so again.
+                if handler.isClosed { self.forget(handler, key: key) }
                 if self.isShutDown { handler.close() }
                 return bound
             }
