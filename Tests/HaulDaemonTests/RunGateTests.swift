@@ -162,6 +162,19 @@ struct RunGateTests {
         let unlanedIn = await unlaned.value
         #expect(unlanedIn)
         #expect(gate.counts == (admitted: 5, waiting: 0))
+        // The host's limit lowered to one: lane 1 has no share left, and its run is not stuck
+        // for it (it waits for the host's room, as a run with no lane does).
+        for _ in 0..<2 { gate.leave(host: "a", lane: zero) }
+        gate.leave(host: "a", lane: one)
+        gate.leave(host: "a")
+        #expect(gate.counts == (admitted: 1, waiting: 0), "host b's alone")
+        gate.setLimits(.init(maximumConcurrent: 10, maximumPerHost: 1))
+        #expect(RunGate.Lane(index: 1, count: 2).share(of: 1) == 0)
+        let late = Self.enter(gate, Self.entry(9), lane: one, order: order)
+        try await Self.waitUntil(order, is: [3, 7, 8, 9])
+        late.cancel()  // (a run still waiting leaves the line)
+        let lateIn = await late.value
+        #expect(lateIn)
     }
 
     @Test("A ticket is taken out of the line only while it holds no slot: a waiting one leaves it, one not entered yet is refused when it enters, one holding a slot or done with it stays")

@@ -74,10 +74,15 @@ final class RunGate: Sendable {
                 && self.laneFits(host, lane)
         }
 
+        /// Whether `lane` has room for one more of `host`'s runs. A lane left no share (the
+        /// host's limit lowered below the loops its runs were spread over) has the host's room:
+        /// its runs would otherwise wait for ever.
         func laneFits(_ host: String, _ lane: Lane?) -> Bool {
             guard let lane else { return true }
+            let share = lane.share(of: self.limits.maximumPerHost)
+            guard share > 0 else { return true }
             let taken = self.admittedPerLane[host].map { lane.index < $0.count ? $0[lane.index] : 0 } ?? 0
-            return taken < lane.share(of: self.limits.maximumPerHost)
+            return taken < share
         }
 
         mutating func take(_ host: String, _ lane: Lane?) {
