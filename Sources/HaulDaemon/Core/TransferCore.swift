@@ -312,6 +312,7 @@ public final class TransferCore: Sendable {
     /// host the engines keep together (``TransferEngine/carriesDirectly(_:)``; AsyncHTTPClient's
     /// pools, for HTTPS and proxies, are each an engine's own). Called once per start, from
     /// any thread.
+    ///
     /// `lane`: the loop the run was counted on, for its slot at the gate (``admission(for:lane:admitted:)``)
     /// and to give back with ``runEnded(host:lane:)``; `nil` when it was not (small bodies, one
     /// loop).
