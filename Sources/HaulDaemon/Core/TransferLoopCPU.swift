@@ -75,7 +75,7 @@ final class TransferLoopCPU: Sendable {
     /// thread was not narrowed; two system calls when it was.
     func releaseCaller() {
         guard let keptOff = Self.keptOff, let current = pthread_getspecific(keptOff), Int(bitPattern: current) != Self.released else { return }
-        _ = Self.allowCallerEverywhere()
+        _ = Self.keepCallerOff(nil)
         pthread_setspecific(keptOff, UnsafeRawPointer(bitPattern: Self.released))
     }
 
@@ -110,22 +110,14 @@ final class TransferLoopCPU: Sendable {
         }
     }
 
-    /// Widens the caller to the process's CPUs; `false` when a call fails.
-    private static func allowCallerEverywhere() -> Bool {
-        guard let getAffinity = Self.getAffinity, let setAffinity = Self.setAffinity else { return false }
-        var set = cpu_set_t()
-        return withUnsafeMutableBytes(of: &set) { raw -> Bool in
-            getAffinity(getpid(), raw.count, raw.baseAddress!) == 0 && setAffinity(0, raw.count, raw.baseAddress!) == 0
-        }
-    }
-
-    /// Narrows the caller to the process's CPUs but `cpu`; `false` when that leaves none or a
-    /// call fails (the caller's set is then as it was).
-    private static func keepCallerOff(_ cpu: Int32) -> Bool {
+    /// Lets the caller run on the process's CPUs but `cpu` (all of them when `nil`); `false`
+    /// when that leaves none or a call fails (the caller's set is then as it was).
+    private static func keepCallerOff(_ cpu: Int32?) -> Bool {
         guard let getAffinity = Self.getAffinity, let setAffinity = Self.setAffinity else { return false }
         var set = cpu_set_t()
         return withUnsafeMutableBytes(of: &set) { raw -> Bool in
             guard getAffinity(getpid(), raw.count, raw.baseAddress!) == 0 else { return false }
+            guard let cpu else { return setAffinity(0, raw.count, raw.baseAddress!) == 0 }
             // The set is an array of 64-bit words, CPU n at bit n % 64 of word n / 64.
             let offset = Int(cpu) / 64 * 8
             guard cpu >= 0, offset + 8 <= raw.count else { return false }
