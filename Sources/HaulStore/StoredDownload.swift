@@ -72,6 +72,7 @@ public struct StoredDownload: Codable, Sendable, Hashable, TableRecord {
         var finishedAt: Date?
         var runner: String?
         var lastRunner: String?
+        var fileCount: Int?
     }
 
     public var id: Int64? {
@@ -255,6 +256,16 @@ public struct StoredDownload: Codable, Sendable, Hashable, TableRecord {
         get { self.storage.fields.lastRunner }
         _modify { yield &self.uniqueStorage.fields.lastRunner }
     }
+    /// A list download's number of files (``TransferStore/files(of:)``); `nil`: one file,
+    /// fetched from `urls` (the primary and its mirrors).
+    public var fileCount: Int? {
+        get { self.storage.fields.fileCount }
+        _modify { yield &self.uniqueStorage.fields.fileCount }
+    }
+
+    /// Whether this download is a list of files (``fileCount``), each fetched from its own URL.
+    public var isList: Bool { self.storage.fields.fileCount != nil }
+
     public init(urls: [URL], directory: String, requestedName: String?, checksum: String?, priority: Int, speedLimit: Int64, createdAt: Date = Date()) {
         self.storage = Storage(Fields(
             urls: urls,
@@ -339,6 +350,7 @@ public struct StoredDownload: Codable, Sendable, Hashable, TableRecord {
         fields.createdAt = createdAt
         fields.startedAt = row.date(28)
         fields.finishedAt = row.date(29)
+        fields.fileCount = row.int(30)
         self.init(fields: fields)
     }
 
@@ -445,6 +457,7 @@ public struct StoredDownload: Codable, Sendable, Hashable, TableRecord {
         Column("createdAt", { $0.createdAt }, written: { StoredDate.text($0) }),
         Column("startedAt", { $0.startedAt }, written: { $0.map(StoredDate.text) }),
         Column("finishedAt", { $0.finishedAt }, written: { $0.map(StoredDate.text) }),
+        Column("fileCount", { $0.fileCount }, written: { $0 }),
     ]
 
     /// The columns (positions in ``columns``) in which `self` differs from `original`.
@@ -561,6 +574,7 @@ public struct StoredDownload: Codable, Sendable, Hashable, TableRecord {
         info.queueRank = self.queueRank
         info.maximumConnections = self.connections
         info.runner = self.runner
+        info.fileCount = self.fileCount
         if self.segments != nil, self.state != .complete { info.segments = self.resumePoint?.done }
         return info
     }

@@ -166,6 +166,9 @@ struct DaemonRequestTests {
             batch(#"{"urls":["http://127.0.0.1/a"],"directory":null,"fileName":null,"checksum":null,"speedLimit":null,"priority":null,"paused":null,"gid":null,"requestHeaders":null,"options":null,"connections":null}"#),
             batch(#"{"urls":["http://127.0.0.1/\u00e9t\u00e9 d\u00e9j\u00e0 \ud83d\ude00"],"fileName":"\"quoted\" \\ name\n"},{"urls":[]}"#),
             batch(#"{"urls":["http://127.0.0.1/a"]}"#, id: "-1") + "  ",
+            // A list download: its files' URLs in `list`, `urls` left out or empty.
+            batch(#"{"list":["http://127.0.0.1/a","http://127.0.0.1/b"],"directory":"/srv","paused":true}"#),
+            batch(#"{"urls":[],"list":["http://127.0.0.1/a"]},{"urls":["http://127.0.0.1/c"]}"#),
             batch(""),
             #"{"method":"queueAdd","downloads":[{"urls":["http://127.0.0.1/a"]}],"id":3}"#,
             #"{"id":7,"method":"queueAdd","downloads":[{"urls":["http://127.0.0.1/a"]}],"fields":["id"]}"#,
@@ -192,6 +195,8 @@ struct DaemonRequestTests {
             batch(#"{"urls":["http://127.0.0.1/a"],"paused":1}"#),
             batch(#"{"urls":"http://127.0.0.1/a"}"#),
             batch(#"{"urls":null}"#),
+            batch(#"{"list":"http://127.0.0.1/a"}"#),
+            batch(#"{"list":null}"#),
             batch(#"{"directory":"/srv"}"#),
             batch(#"{"urls":["http://127.0.0.1/a"],"urls":["http://127.0.0.1/b"]}"#),
             batch(#"{"urls":["http://127.0.0.1/a"],"options":{"a":"1","a":"2"}}"#),
@@ -267,7 +272,8 @@ struct DaemonRequestTests {
         )
         let bare = NewDownload(urls: [URL(string: "http://127.0.0.1/f")!])
         let many = (0..<50).map { NewDownload(urls: [URL(string: "http://127.0.0.1/f\($0).bin")!], directory: "/srv") }
-        for (downloads, fields) in [([full], nil), ([bare], nil), ([full, bare], nil), (many, nil), ([], nil), (many, [.id]), ([full], [DownloadField.finishedAt, .id, .urls])] as [([NewDownload], [DownloadField]?)] {
+        let list = NewDownload(urls: [], directory: "/srv", priority: 2, list: (0..<30).map { URL(string: "http://127.0.0.1/l\($0).bin")! })
+        for (downloads, fields) in [([full], nil), ([bare], nil), ([full, bare], nil), (many, nil), ([], nil), (many, [.id]), ([full], [DownloadField.finishedAt, .id, .urls]), ([list, bare], [.id, .fileCount])] as [([NewDownload], [DownloadField]?)] {
             let request = DaemonRequest(id: 42, .queueAdd(.batch(downloads, fields: fields)))
             let line = try request.encodedLine()
             #expect(line.last == UInt8(ascii: "\n") && line.dropLast().allSatisfy { $0 != UInt8(ascii: "\n") })

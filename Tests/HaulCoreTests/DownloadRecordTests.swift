@@ -60,6 +60,7 @@ struct DownloadRecordTests {
         info.maximumConnections = 16
         info.segments = ByteRangeSet([0..<1024, 4096..<(1 << 41)])
         info.runner = "node \"b\" é"
+        info.fileCount = 12_345
         info.startedAt = Date(timeIntervalSince1970: 1_700_000_123.9)
         info.finishedAt = Date(timeIntervalSince1970: 4_102_444_799)  // 2099-12-31T23:59:59Z
         return info

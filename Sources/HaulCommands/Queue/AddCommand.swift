@@ -11,6 +11,13 @@ struct AddCommand: ParsableCommand {
             Each URL becomes one download. A download's file appears under its final name only \
             when complete and verified; until then it is NAME.ID.haul-part in the same directory. \
             A name that is taken gets a number ('file (1).iso'), never an overwrite.
+
+            With --list, the URLs are one list download instead: one entry in the queue, whose \
+            files are fetched max-per-host at a time and each placed as it finishes (as \
+            'haul get -i' does, through hauld). It is paused, resumed and removed as one; a file \
+            that fails does not stop the others, and the list ends in error naming how many \
+            failed, which 'haul resume' fetches again. For many small files it is much faster \
+            than a download each.
             """
     ).haulSubcommand
 
@@ -44,6 +51,9 @@ struct AddCommand: ParsableCommand {
     @Option(name: .customLong("priority"), help: "Higher starts first (default 0).")
     var priority: Int = 0
 
+    @Flag(name: .customLong("list"), help: "Queue the URLs as one list download (its files fetched and placed as they finish), not one download each.")
+    var list = false
+
     @Flag(name: .customLong("paused"), help: "Add without starting.")
     var paused = false
 
@@ -60,6 +70,9 @@ struct AddCommand: ParsableCommand {
         if let maxConnections, !(1...64).contains(maxConnections) { throw ValidationError("-x takes a number from 1 to 64") }
         guard !self.urls.isEmpty || self.inputFile != nil else { throw ValidationError("give at least one URL, or -i FILE") }
         for text in self.urls + self.mirrors { _ = try Self.httpURL(text) }
+        if self.list, self.out != nil || self.checksum != nil || !self.mirrors.isEmpty || self.maxConnections != nil {
+            throw ValidationError("--list takes no --out, --checksum, --mirror or -x: its files are named by their servers, one connection each")
+        }
         if self.urls.count > 1 || self.inputFile != nil, self.out != nil || self.checksum != nil || !self.mirrors.isEmpty {
             throw ValidationError("--out, --checksum and --mirror apply to a single URL (not with -i)")
         }
@@ -74,6 +87,36 @@ struct AddCommand: ParsableCommand {
         if let out, FileNaming.sanitize(out) != out {
             throw ValidationError("--out takes a plain file name, not '\(out)' (use --dir for the directory)")
         }
+    }
+
+    /// `urls` as list downloads (`--list`): one, or, when they do not fit one request to hauld
+    /// (~15,000 URLs), consecutive lists that each do.
+    static func lists(of urls: [URL], template: NewDownload, maximumLineLength: Int = DaemonProtocol.maximumLineLength) -> [NewDownload] {
+        // Room for the request around the list and the download's other members.
+        let budget = maximumLineLength - 4096
+        var lists: [NewDownload] = []
+        var current: [URL] = []
+        var bytes = 0
+        for url in urls {
+            // The URL as a JSON string, escapes included at worst, and its comma.
+            let size = url.absoluteString.utf8.count * 2 + 3
+            if !current.isEmpty, bytes + size > budget {
+                lists.append(Self.list(current, template: template))
+                current = []
+                bytes = 0
+            }
+            current.append(url)
+            bytes += size
+        }
+        if !current.isEmpty { lists.append(Self.list(current, template: template)) }
+        return lists
+    }
+
+    private static func list(_ urls: [URL], template: NewDownload) -> NewDownload {
+        var download = template
+        download.urls = []
+        download.list = urls
+        return download
     }
 
     static func httpURL(_ text: String) throws -> URL {
@@ -124,7 +167,7 @@ struct AddCommand: ParsableCommand {
             paused: self.paused,
             connections: self.maxConnections
         )
-        let downloads = urls.map { url in
+        let downloads = self.list ? Self.lists(of: urls, template: template) : urls.map { url in
             var download = template
             download.urls = [url] + template.urls
             return download
@@ -165,7 +208,13 @@ struct AddCommand: ParsableCommand {
             let target = try directory ?? client.call(.queueSettings(nil)).settings?.defaultDirectory ?? "the queue's directory"
             print("added \(addedIDs.count) downloads (\(first)…\(last)) → \(target)")
         } else {
-            for download in added { print("added \(download.id): \(download.fileName ?? download.urls[0].absoluteString) → \(download.directory)") }
+            for download in added {
+                if let files = download.fileCount {
+                    print("added \(download.id): a list of \(files) files → \(download.directory)")
+                } else {
+                    print("added \(download.id): \(download.fileName ?? download.urls[0].absoluteString) → \(download.directory)")
+                }
+            }
         }
         if let follower {
             defer { follower.close() }

@@ -35,7 +35,7 @@ enum QueueFormatting {
         let percent = download.fraction.map { "\(Int($0 * 100))%" } ?? "-"
         let speed = download.state == .active ? download.speed.map { ByteCountFormatting.rate(bytesPerSecond: $0) } ?? "-" : "-"
         let eta = download.state == .active ? download.secondsRemaining.map { ByteCountFormatting.duration(seconds: $0) } ?? "-" : "-"
-        var name = download.fileName ?? download.urls.first?.absoluteString ?? ""
+        var name = download.fileCount.map { "list of \($0) files (\(download.urls.first?.absoluteString ?? "")…)" } ?? download.fileName ?? download.urls.first?.absoluteString ?? ""
         if let runner = download.runner, download.state == .active { name += "  [\(runner)]" }
         if let message = download.errorMessage { name += "  (\(message))" }
         return [
@@ -75,8 +75,9 @@ enum QueueFormatting {
             ("id", "\(download.id)"),
             ("gid", download.gid),
             ("state", download.state.rawValue),
-            ("url", Self.sourceLine(download.urls.first, download)),
+            (download.fileCount == nil ? "url" : "first url", Self.sourceLine(download.urls.first, download)),
         ]
+        if let files = download.fileCount { lines.append(("files", "\(files) (a list download: each file placed in the directory as it finishes)")) }
         for mirror in download.urls.dropFirst() { lines.append(("mirror", Self.sourceLine(mirror, download))) }
         lines.append(("directory", download.directory))
         lines.append(("name", download.fileName ?? "-"))

@@ -97,6 +97,11 @@ extension NewDownload {
                 self.urls = urls
                 hasURLs = true
                 taken = true
+            case .list:
+                guard let list = value.urls else { return nil }
+                self.list = list
+                hasURLs = true
+                taken = true
             case .directory: taken = value.read(into: &self.directory)
             case .fileName: taken = value.read(into: &self.fileName)
             case .checksum: taken = value.read(into: &self.checksum)
@@ -226,6 +231,7 @@ extension NewDownload {
         if let headers = self.requestHeaders { member(.requestHeaders); writer.append(strings: headers) }
         if let options = self.options { member(.options); writer.append(stringObject: options) }
         if let connections = self.connections { member(.connections); writer.append(integer: connections) }
+        if let list = self.list { member(.list); writer.append(strings: list.lazy.map { $0.absoluteString }) }
         writer.append(UInt8(ascii: "}"))
     }
 }

@@ -246,6 +246,7 @@ extension QueuedDownloadInfo {
             case .maximumConnections: taken = value.read(into: &info.maximumConnections)
             case .segments: taken = Self.read(value, into: &info.segments)
             case .runner: taken = value.read(into: &info.runner)
+            case .fileCount: taken = value.read(into: &info.fileCount)
             case .startedAt: taken = Self.read(value, into: &info.startedAt)
             case .finishedAt: taken = Self.read(value, into: &info.finishedAt)
             }

@@ -25,6 +25,7 @@ public enum DownloadField: String, Codable, Sendable, Hashable, CaseIterable {
     case maximumConnections
     case segments
     case runner
+    case fileCount
     case createdAt
     case startedAt
     case finishedAt

@@ -103,6 +103,7 @@ public struct DownloadRecord: Sendable, Hashable {
             }
         }
         if let runner = info.runner { member(.runner) { $0.append(string: runner) } }
+        if let fileCount = info.fileCount { member(.fileCount) { $0.append(integer: fileCount) } }
         member(.createdAt) { $0.append(date: info.createdAt) }
         if let startedAt = info.startedAt { member(.startedAt) { $0.append(date: startedAt) } }
         if let finishedAt = info.finishedAt { member(.finishedAt) { $0.append(date: finishedAt) } }
@@ -164,9 +165,10 @@ public struct DownloadRecord: Sendable, Hashable {
         case .maximumConnections: 20
         case .segments: 21
         case .runner: 22
-        case .createdAt: 23
-        case .startedAt: 24
-        case .finishedAt: 25
+        case .fileCount: 23
+        case .createdAt: 24
+        case .startedAt: 25
+        case .finishedAt: 26
         }
     }
 

@@ -23,6 +23,9 @@ public struct NewDownload: Codable, Sendable, Hashable {
     public var options: [String: String]?
     /// Connections this download may use at once (`haul add -x N`); `nil`: the queue's setting.
     public var connections: Int?
+    /// A list download: these files, each from its own URL, into `directory` as one download
+    /// (`haul add --list`); `urls` is then empty. `nil`: one file from `urls`.
+    public var list: [URL]?
 
     public init(
         urls: [URL],
@@ -35,7 +38,8 @@ public struct NewDownload: Codable, Sendable, Hashable {
         gid: String? = nil,
         requestHeaders: [String]? = nil,
         options: [String: String]? = nil,
-        connections: Int? = nil
+        connections: Int? = nil,
+        list: [URL]? = nil
     ) {
         self.urls = urls
         self.directory = directory
@@ -48,15 +52,19 @@ public struct NewDownload: Codable, Sendable, Hashable {
         self.requestHeaders = requestHeaders
         self.options = options
         self.connections = connections
+        self.list = list
     }
 
     enum CodingKeys: String, CodingKey {
-        case urls, directory, fileName, checksum, speedLimit, priority, paused, gid, requestHeaders, options, connections
+        case urls, directory, fileName, checksum, speedLimit, priority, paused, gid, requestHeaders, options, connections, list
     }
 
     public init(from decoder: any Decoder) throws {
         try self.init(optionsFrom: decoder)
-        self.urls = try decoder.container(keyedBy: CodingKeys.self).decode([URL].self, forKey: .urls)
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.list = try container.decodeIfPresent([URL].self, forKey: .list)
+        // A list download's files are its URLs: `urls` is then left out (or empty).
+        self.urls = try self.list == nil ? container.decode([URL].self, forKey: .urls) : container.decodeIfPresent([URL].self, forKey: .urls) ?? []
     }
 
     /// Everything but the URLs (left empty), for requests that give them another way.
@@ -73,6 +81,7 @@ public struct NewDownload: Codable, Sendable, Hashable {
         self.requestHeaders = try container.decodeIfPresent([String].self, forKey: .requestHeaders)
         self.options = try container.decodeIfPresent([String: String].self, forKey: .options)
         self.connections = try container.decodeIfPresent(Int.self, forKey: .connections)
+        self.list = nil
     }
 }
 

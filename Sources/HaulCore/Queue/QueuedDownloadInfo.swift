@@ -46,6 +46,9 @@ public struct QueuedDownloadInfo: Codable, Sendable, Hashable {
     public var sources: [SegmentSourceReport]?
     /// The daemon that runs it, when the queue is shared by a fleet (`nil` on one daemon).
     public var runner: String?
+    /// A list download's number of files, each fetched from its own URL (`urls` holds the
+    /// first); `nil`: one file.
+    public var fileCount: Int?
     public var createdAt: Date
     public var startedAt: Date?
     public var finishedAt: Date?
@@ -126,6 +129,7 @@ public struct QueuedDownloadInfo: Codable, Sendable, Hashable {
             case .maximumConnections: updated.maximumConnections = projection.maximumConnections
             case .segments: updated.segments = projection.segments
             case .runner: updated.runner = projection.runner
+            case .fileCount: updated.fileCount = projection.fileCount
             case .createdAt: updated.createdAt = projection.createdAt
             case .startedAt: updated.startedAt = projection.startedAt
             case .finishedAt: updated.finishedAt = projection.finishedAt

@@ -206,6 +206,20 @@ final class TrackedTransfer: TransferRunObserver, Sendable {
         if progress { self.owner.transferProgressed(self) }
     }
 
+    /// A list download's run (``ListRun``) has `bytesDone` bytes of its files on disk: the
+    /// owner hears of it at the progress cadence. No checkpoints: the list saves its files
+    /// itself. On any thread.
+    func listProgressed(bytesDone: Int64) {
+        let now = TransferCore.monotonicNow()
+        let progress = self.live.withLock { live -> Bool in
+            live.bytesDone = bytesDone
+            let progress = live.progress.isDue(total: bytesDone, now: now)
+            if progress { live.meter.record(total: bytesDone, at: now) }
+            return progress
+        }
+        if progress { self.owner.transferProgressed(self) }
+    }
+
     func transferRun(_ run: TransferRun, droppedMirror url: URL, reason: String) {
         self.owner.transfer(self, droppedMirror: url, reason: reason)
     }

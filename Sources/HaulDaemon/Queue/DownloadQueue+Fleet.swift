@@ -149,7 +149,7 @@ extension DownloadQueue {
     /// Stops a running download at once and writes nothing more about it: another daemon may
     /// own it now.
     func fence(_ id: Int64, reason: String) {
-        let run = self.state.withLock { state -> TransferRun? in
+        let run = self.state.withLock { state -> QueueRun? in
             guard state.running[id] != nil, state.running[id]!.intent == nil else { return nil }
             state.running[id]!.intent = .fenced
             return state.running[id]!.run

@@ -38,7 +38,7 @@ extension DownloadQueue {
         /// Events for the subscribers, in order.
         var changes: [QueueChange] = []
         /// Claimed downloads whose run starts after the commit (their claim is then saved).
-        var runs: [(id: Int64, run: TransferRun)] = []
+        var runs: [(id: Int64, run: QueueRun)] = []
         /// The batch's writes, in order, to write again one by one if it is not saved.
         var replays: [Replay] = []
     }
@@ -336,7 +336,7 @@ extension DownloadQueue {
     }
 
     /// Starts `run` of download `id` (``launch(_:)``); its end comes back through the inbox.
-    func launch(_ id: Int64, _ run: TransferRun) {
+    func launch(_ id: Int64, _ run: QueueRun) {
         self.launch([(id, run)])
     }
 
@@ -346,14 +346,15 @@ extension DownloadQueue {
     /// would be queued there ahead of the runs an earlier hop still carries (a download started
     /// ahead then reached the gate, and took the slot, before one the scheduler had started in
     /// it).
-    private func launch(_ runs: [(id: Int64, run: TransferRun)]) {
+    private func launch(_ runs: [(id: Int64, run: QueueRun)]) {
         guard !runs.isEmpty else { return }
         var byLoop: [(engine: TransferEngine, items: [LaunchItem])] = []
         for (id, run) in runs {
-            if let index = byLoop.firstIndex(where: { $0.engine === run.engine }) {
+            let engine = run.engine
+            if let index = byLoop.firstIndex(where: { $0.engine === engine }) {
                 byLoop[index].items.append(LaunchItem(id: id, run: run))
             } else {
-                byLoop.append((run.engine, [LaunchItem(id: id, run: run)]))
+                byLoop.append((engine, [LaunchItem(id: id, run: run)]))
             }
         }
         for (engine, items) in byLoop {
@@ -365,11 +366,11 @@ extension DownloadQueue {
 
     private struct LaunchItem: Sendable {
         var id: Int64
-        var run: TransferRun
+        var run: QueueRun
     }
 
     /// Starts the run now, or after the drain's batch is saved when one is open.
-    func launchWhenSaved(_ id: Int64, _ run: TransferRun) {
+    func launchWhenSaved(_ id: Int64, _ run: QueueRun) {
         let deferred = self.state.withLock { state -> Bool in
             guard state.effects != nil else { return false }
             state.effects!.runs.append((id, run))

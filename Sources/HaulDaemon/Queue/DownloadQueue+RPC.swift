@@ -115,6 +115,7 @@ extension DownloadQueue {
             guard download.state.isInProgress else {
                 throw Aria2Fault("download \(download.gid) is \(download.state.rawValue); its URIs cannot change")
             }
+            guard !download.isList else { throw Aria2Fault("download \(download.gid) is a list of files; its URIs cannot change") }
             var urls = download.urls
             var deleted = 0
             for text in delete {

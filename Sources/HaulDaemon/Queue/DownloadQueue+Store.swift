@@ -34,10 +34,16 @@ extension DownloadQueue {
     /// it (made once, before the queue's state is locked: an add held the lock that every
     /// transfer's end takes for ~5.9 K instructions a row, ~2 K of it making the row's info,
     /// which the add's answer then made again; now ~3.5 K).
-    func insertDownloads(_ rows: [StoredDownload]) throws -> (rows: [StoredDownload], infos: [QueuedDownloadInfo]) {
+    func insertDownloads(_ rows: [StoredDownload], files: [Int: [URL]] = [:]) throws -> (rows: [StoredDownload], infos: [QueuedDownloadInfo]) {
         // New rows have no ids yet: a failed replay of an insert loses no other download's.
         try self.recorded([]) {
-            let inserted = try self.store.insert(rows)
+            let inserted: [StoredDownload]
+            if files.isEmpty {
+                inserted = try self.store.insert(rows)
+            } else {
+                guard let lists = self.store as? TransferStore else { throw DaemonError("list downloads need hauld's own store") }
+                inserted = try lists.insert(rows, files: files)
+            }
             let infos = inserted.map(\.info)
             self.state.withLock { state in
                 for (row, info) in zip(inserted, infos) {

@@ -21,7 +21,7 @@ extension DownloadQueue {
     }
 
     func stopForShutdown() {
-        let runs = self.state.withLock { state -> [TransferRun] in
+        let runs = self.state.withLock { state -> [QueueRun] in
             state.isShuttingDown = true
             for id in state.running.keys where state.running[id]?.intent == nil { state.running[id]?.intent = .shutdown }
             return state.running.values.map(\.run)
@@ -55,7 +55,7 @@ extension DownloadQueue {
                 // disk: the map recorded never claims bytes that are only in the page cache.
                 let map = transfer.segmentMap()
                 // A checkpoint points at the partial file by its name: an unnamed one gets it.
-                guard running.run.nameFile() else {
+                guard running.run.file?.nameFile() == true else {
                     self.logger.error("checkpoint of download \(id) skipped: its partial file cannot be named")
                     return
                 }
@@ -140,6 +140,17 @@ extension DownloadQueue {
         let me = self.configuration.daemonName
         guard let indexed = self.state.withLock({ $0.index.entry(id: askedID)?.info }) else { return .notStarted(slot: askedID) }
         let settings = self.settings
+        // A list's files, read before it is claimed (a read that fails leaves it waiting).
+        var listFiles: [StoredListFile]?
+        if indexed.fileCount != nil {
+            do {
+                guard let lists = self.store as? TransferStore else { throw DaemonError("list downloads need hauld's own store") }
+                listFiles = try self.state.withLock { $0.addedListFiles.removeValue(forKey: askedID) } ?? lists.files(of: askedID)
+            } catch {
+                self.logger.error("cannot read the files of list download \(askedID): \(error)")
+                return .notStarted(slot: askedID)
+            }
+        }
         var wanted = indexed.maximumConnections ?? settings.connectionsPerDownload ?? QueueSettings.defaultConnectionsPerDownload
         if self.store.isShared {
             // A fleet's claim holds its connections to the host against the whole fleet's
@@ -271,6 +282,55 @@ extension DownloadQueue {
             speedLimit: download.speedLimit,
             cadence: self.core.configuration.cadence
         )
+        let run: QueueRun
+        let lane: RunGate.Lane?
+        let admission: (any RunAdmission)?
+        if let listFiles, let lists = self.store as? TransferStore {
+            // Its files spread over every engine; it holds one slot of the core, as a download.
+            lane = nil
+            admission = self.core.admission(for: entry.id) { self.post([.admitted(id)]) }
+            let setup = ListRun.Setup(
+                download: id,
+                directory: download.directory,
+                headers: Self.headers(download.requestHeaders),
+                engines: ProcessInfo.processInfo.environment["ONEENGINE"] != nil ? [self.core.engine] : self.core.engines,
+                bandwidthLimiters: [self.core.globalLimiter, transfer.speedLimiter],
+                filesAtOnce: max(1, settings.maximumConnectionsPerHost),
+                store: lists
+            )
+            run = .list(ListRun(setup: setup, files: listFiles, transfer: transfer, admission: admission, logger: self.logger))
+        } else {
+            (run, lane, admission) = self.fileRun(of: download, entry: entry, transfer: transfer, partial: partial, point: point, connections: connections)
+        }
+        let info = download.info
+        self.state.withLock {
+            $0.running[id] = Running(
+                transfer: transfer, run: run, host: entry.host, lane: lane, stored: download, lease: lease,
+                leaseValidUntil: sentAt + self.configuration.leaseSeconds,
+                isAdmitted: admission == nil
+            )
+            // Listed from now on with its live numbers: its entry needs no record.
+            $0.saved(download, as: info)
+        }
+        self.logger.debug("download \(id) starts at offset \(point?.offset ?? 0) from \(download.url.absoluteString) (lease \(lease))")
+        // A run that waits for a slot (started ahead) is listed as waiting, as subscribers heard
+        // when it was added: they hear of it when it takes a slot (``admitted(_:)``) or ends.
+        if admission == nil { self.publish(.changed(Self.overlay(info, live: transfer, standby: false))) }
+        self.launchWhenSaved(id, run)
+        return .started
+    }
+
+    /// The run of one file for `download`, just claimed: on the engine the core picks for its
+    /// host and size (with the lane it is counted in), and its admission at the core's gate.
+    private func fileRun(
+        of download: StoredDownload,
+        entry: TransferScheduler.Entry,
+        transfer: TrackedTransfer,
+        partial: String,
+        point: ResumePoint?,
+        connections: Int
+    ) -> (QueueRun, RunGate.Lane?, (any RunAdmission)?) {
+        let id = download.id!
         // Every other URL is a mirror the segments come from too (unless the file failed its
         // checksum with mirror bytes before).
         let distrusted = self.state.withLock { $0.mirrorsDistrusted.contains(id) }
@@ -297,22 +357,7 @@ extension DownloadQueue {
             admission: admission,
             observer: transfer
         )
-        let info = download.info
-        self.state.withLock {
-            $0.running[id] = Running(
-                transfer: transfer, run: run, host: entry.host, lane: lane, stored: download, lease: lease,
-                leaseValidUntil: sentAt + self.configuration.leaseSeconds,
-                isAdmitted: admission == nil
-            )
-            // Listed from now on with its live numbers: its entry needs no record.
-            $0.saved(download, as: info)
-        }
-        self.logger.debug("download \(id) starts at offset \(point?.offset ?? 0) from \(download.url.absoluteString) (lease \(lease))")
-        // A run that waits for a slot (started ahead) is listed as waiting, as subscribers heard
-        // when it was added: they hear of it when it takes a slot (``admitted(_:)``) or ends.
-        if admission == nil { self.publish(.changed(Self.overlay(info, live: transfer, standby: false))) }
-        self.launchWhenSaved(id, run)
-        return .started
+        return (.file(run), lane, admission)
     }
 
     /// A fleet's claim was refused (the download and its alternatives were taken or finished by
@@ -355,6 +400,10 @@ extension DownloadQueue {
         // Every way on decides on the row as this queue has it (`running.stored`: a claim held in
         // memory is in it) and saves the claim with its own write.
         switch outcome {
+        case .completed(_, let total) where running.stored.isList:
+            // Every file is placed and saved already: the list is done.
+            self.listFinished(id, lease: lease, total: total, last: running.stored)
+            return
         case .completed(let response, let total) where (200..<300).contains(response.statusCode):
             self.core.noteBody(host: running.host, bytes: total)
             let url = response.url
@@ -362,7 +411,7 @@ extension DownloadQueue {
             guard running.stored.checksum == nil else {
                 // The checksum is read from the file by its name; reading the whole file is
                 // done off the serial queue, the slot stays taken.
-                guard running.run.nameFile() else {
+                guard running.run.file?.nameFile() == true else {
                     let verdict = Verdict(message: "cannot name the partial file \(running.stored.partialPath ?? "") to verify its checksum")
                     self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict)
                     return
@@ -379,7 +428,7 @@ extension DownloadQueue {
             // thread hops per file, on the row as last saved (every write of it keeps the
             // running copy; in a fleet, so do other daemons' changes).
             let row = running.stored
-            let unnamed = running.run.takeUnnamedFile()
+            let unnamed = running.run.file?.takeUnnamedFile()
             let verdict = Self.verify(row, total: total, unnamed: unnamed)
             self.finish(id, transfer: transfer, lease: lease, total: total, url: url, disposition: disposition, verdict: verdict, unnamed: unnamed)
             return
@@ -435,8 +484,11 @@ extension DownloadQueue {
                 let url = transfer.currentURL
                 // A daemon of a fleet that stops hands its downloads to the others at once.
                 let handOver = self.store.isShared
+                // A list's bytes are those of its files on disk (the next run fetches the rest).
+                let listBytes = transfer.bytesDone
                 let updated = try self.updateDownload(id: id, lease: lease, release: true) { download in
                     download.record(point, currentURL: url)
+                    if download.isList { download.bytesDone = listBytes }
                     switch intent {
                     case .requeue where download.state == .active: download.state = .waiting
                     case .shutdown where handOver && download.state == .active: download.state = .waiting
@@ -477,9 +529,12 @@ extension DownloadQueue {
                 randomUnit: Double.random(in: 0..<1)
             )
             let url = transfer.currentURL
+            // A list's bytes are those of its files on disk (the next run fetches the rest).
+            let listBytes = transfer.bytesDone
             self.syncIfMapped(download.partialPath, point)
             let updated = try self.updateDownload(id: id, lease: lease, release: true) { download in
                 download.record(point, currentURL: url)
+                if download.isList { download.bytesDone = listBytes }
                 guard download.state == .active else { return }  // paused or cancelled meanwhile
                 switch decision {
                 case .retry(let delay, _):
@@ -579,7 +634,7 @@ extension DownloadQueue {
             for case .ended(let id, .completed(let response, let total)) in ends where (200..<300).contains(response.statusCode) {
                 guard let running = state.running[id], running.intent == nil else { continue }
                 let row = running.stored
-                guard row.checksum == nil, row.finalPath == nil else { continue }
+                guard row.checksum == nil, row.finalPath == nil, !row.isList else { continue }
                 candidates.append((id, row.directory, row.placedName(contentDisposition: response.headers["Content-Disposition"], url: response.url), total))
             }
         }
@@ -701,6 +756,25 @@ extension DownloadQueue {
         }
         if placed { self.logger.info("download \(id) complete: \(path) (placed before hauld stopped, recorded now)") }
         return settled ?? row
+    }
+
+    /// List download `id` fetched and placed all of its files (``ListRun``): recorded complete,
+    /// its path its directory.
+    private func listFinished(_ id: Int64, lease: QueueLease, total: Int64, last: StoredDownload) {
+        self.state.withLock { _ = $0.running.removeValue(forKey: id) }
+        var completed: StoredDownload?
+        defer { self.ended(id, row: completed) }
+        do {
+            let updated = try self.updateDownload(id: id, lease: lease, release: true, last: last) { download in
+                download.complete(at: download.directory, total: total)
+                download.fileName = nil
+            }
+            completed = updated
+            self.logger.info("download \(id) complete: \(last.fileCount ?? 0) files in \(last.directory) (\(total) bytes)")
+            if let updated { self.publish(.changed(updated.info)) }
+        } catch {
+            self.logger.error("cannot record the end of list download \(id): \(error)")
+        }
     }
 
     /// Records how download `id` ended after its body was verified, on the row as this queue

@@ -67,7 +67,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
 
     struct Running {
         var transfer: TrackedTransfer
-        var run: TransferRun
+        var run: QueueRun
         /// Its scheduler entry's host key (``TransferRun/hostKey(_:)``).
         var host: String
         /// The loop the core counted its run on (``TransferCore/engine(for:host:knownBytes:)``).
@@ -106,6 +106,10 @@ public final class DownloadQueue: TransferOwner, Sendable {
         /// Downloads whose file failed its checksum with bytes from mirrors: fetched from one
         /// URL from then on.
         var mirrorsDistrusted: Set<Int64> = []
+        /// The files of list downloads just added, as inserted, until their first run takes
+        /// them: that run reads none back (a row and its URL parsed again: ~8 K instructions a
+        /// file).
+        var addedListFiles: [Int64: [StoredListFile]] = [:]
         /// Every download, for lists and counts (the store is the durable copy).
         var index = DownloadIndex()
         /// The fleet's live daemons (a shared store), from the last heartbeat.
@@ -505,6 +509,9 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// the first bad one fails the batch with its position in the message.
     public func add(_ requests: [NewDownload]) async throws -> [QueuedDownloadInfo] {
         guard !requests.isEmpty else { throw DaemonError("queueAdd needs at least one download") }
+        if requests.contains(where: { $0.list != nil }), self.store.isShared {
+            throw DaemonError("list downloads need hauld's own store; a fleet's daemons queue each file as a download")
+        }
         let defaultDirectory = self.settings.defaultDirectory
         var prepared: Set<String> = []
         var rows: [StoredDownload] = []
@@ -533,11 +540,21 @@ public final class DownloadQueue: TransferOwner, Sendable {
                     repeat { rows[position].gid = DownloadGID.random() } while state.index.id(gid: rows[position].gid) != nil
                 }
             }
-            let (inserted, infos) = try self.insertDownloads(rows)
+            // A list's files go in with its row (``TransferStore/insert(_:files:)``).
+            var files: [Int: [URL]] = [:]
+            for (index, request) in requests.enumerated() { if let list = request.list { files[index] = list } }
+            let (inserted, infos) = try self.insertDownloads(rows, files: files)
             if inserted.count == 1 {
                 self.logger.info("queued download \(inserted[0].id!): \(inserted[0].urls[0].absoluteString) → \(inserted[0].directory)")
             } else {
                 self.logger.info("queued \(inserted.count) downloads (\(inserted.first!.id!)…\(inserted.last!.id!))")
+            }
+            if !files.isEmpty {
+                self.state.withLock { state in
+                    for (index, urls) in files where inserted[index].state == .waiting {
+                        state.addedListFiles[inserted[index].id!] = urls.enumerated().map { StoredListFile(position: $0.offset, url: $0.element) }
+                    }
+                }
             }
             for info in infos { self.publish(.changed(info)) }
             self.core.enqueue(inserted.filter { $0.state == .waiting }.map(Self.entry(for:)))
@@ -547,6 +564,23 @@ public final class DownloadQueue: TransferOwner, Sendable {
 
     /// Checks one request and makes its row, with `gid` unless the request chose one.
     private static func validated(_ request: NewDownload, directory: String, gid random: String) throws -> StoredDownload {
+        if let list = request.list {
+            // One download, many files: each file is named by its server or URL, has one URL,
+            // and takes one connection.
+            guard !list.isEmpty else { throw DaemonError("a list download needs at least one URL") }
+            guard request.urls.isEmpty else { throw DaemonError("a list download gives its files' URLs in 'list', not 'urls' (no mirrors)") }
+            guard request.fileName == nil, request.checksum == nil, request.connections == nil else {
+                throw DaemonError("a list download takes no file name, checksum or connections (its files are named by their servers)")
+            }
+            var single = request
+            single.list = nil
+            single.urls = list
+            var download = try Self.validated(single, directory: directory, gid: random)
+            download.urls = [list[0]]
+            download.fileCount = list.count
+            download.fileName = nil
+            return download
+        }
         guard !request.urls.isEmpty else { throw DaemonError("add needs at least one URL") }
         for url in request.urls {
             guard url.isHTTPWithHost else {
@@ -737,6 +771,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
     /// lists show it: among the finished).
     func discard(_ id: Int64, partialPath: String?, deleteRow: Bool) throws {
         if let partialPath { unlink(partialPath) }
+        self.state.withLock { _ = $0.addedListFiles.removeValue(forKey: id) }
         if deleteRow {
             try self.deleteDownload(id: id)
             self.publish(.removed(id: id))
@@ -768,6 +803,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
         }
         return try await self.onWork {
             let download = try self.existing(id)
+            guard !download.isList else { throw DaemonError("download \(id) is a list of \(download.fileCount ?? 0) files; their URLs cannot be changed") }
             // Listed as waiting, so changed as a waiting one.
             let standby = self.requeue(id, onlyIfWaiting: true) == .stopped
             guard download.state == .waiting || download.state == .paused || download.state == .error || standby else {
@@ -869,7 +905,7 @@ public final class DownloadQueue: TransferOwner, Sendable {
     }
 
     /// Marks a running download as stopping for `intent`; returns its run to stop.
-    func stopRunning(_ id: Int64, intent: StopIntent) -> TransferRun? {
+    func stopRunning(_ id: Int64, intent: StopIntent) -> QueueRun? {
         self.state.withLock { state in
             guard state.running[id] != nil else { return nil }
             state.running[id]!.intent = intent

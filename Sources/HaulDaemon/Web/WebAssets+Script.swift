@@ -160,7 +160,7 @@ extension WebAssets {
   function fill(row, d) {
     row.dataset.state = d.state;
     row.dataset.bytes = d.bytesDone;
-    row.querySelector(".name").textContent = d.fileName || (d.urls && d.urls[0]) || ("#" + d.id);
+    row.querySelector(".name").textContent = d.fileCount ? ("List of " + d.fileCount + " files") : (d.fileName || (d.urls && d.urls[0]) || ("#" + d.id));
     row.querySelector(".name").title = (d.urls && d.urls[0]) || "";
     row.querySelector(".state").textContent = d.state;
     const fraction = d.totalBytes ? Math.min(1, d.bytesDone / d.totalBytes) : (d.state === "complete" ? 1 : 0);
