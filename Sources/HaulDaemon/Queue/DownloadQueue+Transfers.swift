@@ -401,9 +401,14 @@ extension DownloadQueue {
         // memory is in it) and saves the claim with its own write.
         switch outcome {
         case .completed(_, let total) where running.stored.isList:
-            // Every file is placed and saved already: the list is done.
-            self.listFinished(id, lease: lease, total: total, last: running.stored)
-            return
+            if let intent = running.intent, case .remove = intent {
+                // Removed as its last file ended: removed, its placed files kept.
+                self.stopped(id, intent: intent, transfer: transfer, lease: lease, partialPath: nil, point: nil)
+            } else {
+                // Every file is placed and saved already: the list is done.
+                self.listFinished(id, lease: lease, total: total, last: running.stored)
+                return
+            }
         case .completed(let response, let total) where (200..<300).contains(response.statusCode):
             self.core.noteBody(host: running.host, bytes: total)
             let url = response.url

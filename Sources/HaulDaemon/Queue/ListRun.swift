@@ -82,6 +82,8 @@ final class ListRun: Sendable {
     /// A file fetched whole, to save (its row) and then place.
     private struct Finished {
         var file: StoredListFile
+        /// The name the server gave it (its path's last part, unless that was taken).
+        var name: String
         var unnamed: PartialFile?
         var partialPath: String
     }
@@ -187,6 +189,8 @@ final class ListRun: Sendable {
                 destination: .file(path: self.partialPath(position), resume: nil),
                 resourceTimeout: nil,
                 bandwidthLimiters: self.setup.bandwidthLimiters,
+                // One connection a file: the list's files are its connections.
+                maximumConnections: 1,
                 opensUnnamedFile: true,
                 observer: FileObserver(list: self, position: position)
             )
@@ -221,6 +225,7 @@ final class ListRun: Sendable {
             let unnamed = run.takeUnnamedFile()
             finished = Finished(
                 file: StoredListFile(position: position, url: self.files[position].url, state: .done, path: name, bytes: total),
+                name: name,
                 unnamed: unnamed,
                 partialPath: self.partialPath(position)
             )
@@ -300,14 +305,28 @@ final class ListRun: Sendable {
             var placedBytes: Int64 = 0
             var placedCount = 0
             var misplaced: [StoredListFile] = []
+            var renamed: [StoredListFile] = []
             for finished in batch {
                 let path = finished.file.path!
                 do {
-                    if let unnamed = finished.unnamed {
-                        defer { unnamed.close() }
-                        try unnamed.link(to: path)
-                    } else {
-                        try NoOverwriteMove.move(finished.partialPath, to: path)
+                    defer { finished.unnamed?.close() }
+                    do {
+                        if let unnamed = finished.unnamed {
+                            try unnamed.link(to: path)
+                        } else {
+                            try NoOverwriteMove.move(finished.partialPath, to: path)
+                        }
+                    } catch let failure as NoOverwriteMove.Failure where failure.isExists {
+                        // Taken since it was chosen (another list, or another program, in the
+                        // directory): the next free name, saved again (a crash before that
+                        // save fetches the file again rather than leave it unaccounted for).
+                        var moved = finished.file
+                        if let unnamed = finished.unnamed {
+                            moved.path = try NoOverwriteMove.linkChoosingFreeName(unnamed, directory: self.setup.directory, name: finished.name)
+                        } else {
+                            moved.path = try NoOverwriteMove.moveChoosingFreeName(finished.partialPath, directory: self.setup.directory, name: finished.name)
+                        }
+                        renamed.append(moved)
                     }
                     placedBytes += finished.file.bytes ?? 0
                     placedCount += 1
@@ -320,7 +339,7 @@ final class ListRun: Sendable {
                     unlink(finished.partialPath)
                 }
             }
-            if !misplaced.isEmpty { try? self.setup.store.recordFiles(of: self.setup.download, misplaced) }
+            if !misplaced.isEmpty || !renamed.isEmpty { try? self.setup.store.recordFiles(of: self.setup.download, misplaced + renamed) }
             let bytes = self.state.withLock { state -> Int64 in
                 for finished in batch { state.reserved.remove(finished.file.path!) }
                 for file in misplaced {
