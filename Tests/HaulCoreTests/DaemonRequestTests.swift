@@ -76,6 +76,10 @@ struct DaemonRequestTests {
             try self.decode(#"{"id":16,"method":"queueSetSpeedLimit","downloadID":4,"speedLimit":0}"#).command
                 == .queueSetSpeedLimit(.init(downloadID: 4, speedLimit: 0))
         )
+        #expect(
+            try self.decode(#"{"id":17,"method":"queueFiles","downloadID":4,"states":["failed"],"limit":5}"#).command
+                == .queueFiles(.init(downloadID: 4, states: [.failed], limit: 5))
+        )
     }
 
     @Test("queueSubscribe: every change by default, only finishes with events \"finished\"; another value is refused")
@@ -118,6 +122,8 @@ struct DaemonRequestTests {
             .queueSetURL(.init(downloadID: 12, url: url)),
             .queueSettings(nil), .queueSettings(.init(settingKey: "k", settingValue: "v")),
             .queueSetSpeedLimit(.init(downloadID: 13, speedLimit: 1000)),
+            .queueFiles(.init(downloadID: 14, states: [.failed, .waiting], offset: 3, limit: 20)),
+            .queueFiles(.init(downloadID: 15)),
             .queueSubscribe(.init()), .queueSubscribe(.init(events: .finished)), .queueSubscribe(.init(events: .all)),
             .webUI,
             .rpcInfo,

@@ -162,6 +162,11 @@ struct DownloadRecordTests {
         response.fleet = [DaemonPresence(name: "d0", pid: 1, startedAt: date, seenAt: date, downloads: [1])]
         response.daemonName = "d0"
         response.store = "sqlite:/srv/haul.sqlite"
+        response.files = [
+            ListFileInfo(position: 0, url: URL(string: "http://127.0.0.1/f0")!, state: .done, path: "/srv/f0", bytes: 12),
+            ListFileInfo(position: 1, url: URL(string: "http://127.0.0.1/f1")!, state: .failed, error: "the server answered 404"),
+        ]
+        response.fileCounts = ListFileCounts(done: 1, failed: 1, waiting: 3)
         // Every stored member is set, but the three that are never sent (read-only ids and
         // projected fields, the daemon's pre-written array): a member added later must be set
         // here too.

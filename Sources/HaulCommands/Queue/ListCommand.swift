@@ -38,6 +38,15 @@ struct ShowCommand: ParsableCommand {
         let client = try QueueClient.connect(start: self.connection.start)
         defer { client.close() }
         guard let download = try client.call(.queueGet(.init(downloadID: id))).download else { throw ExitStatus.generic }
-        print(self.json ? QueueFormatting.json(download) : QueueFormatting.details(download))
+        guard !self.json else { return print(QueueFormatting.json(download)) }
+        print(QueueFormatting.details(download))
+        // A list: how its files stand, and the first of those that failed with their reasons.
+        if download.fileCount != nil {
+            let failed = try client.call(.queueFiles(.init(downloadID: id, states: [.failed], limit: Self.failedFilesShown)))
+            print(QueueFormatting.listFiles(counts: failed.fileCounts ?? ListFileCounts(), failed: failed.files ?? []))
+        }
     }
+
+    /// How many failed files of a list `haul show` names.
+    static let failedFilesShown = 20
 }

@@ -70,6 +70,15 @@ enum QueueFormatting {
         return "\(url.absoluteString) (\(ByteCountFormatting.bytes(source.bytes)), \(connections))"
     }
 
+    /// A list download's files: the counts, then each failed file given (`#POSITION URL:
+    /// reason`), and how many more failed.
+    static func listFiles(counts: ListFileCounts, failed: [ListFileInfo]) -> String {
+        var lines = ["files: \(counts.done) done, \(counts.failed) failed, \(counts.waiting) waiting (in the store; files in flight count as waiting)"]
+        for file in failed { lines.append("  #\(file.position + 1) \(file.url.absoluteString): \(file.error ?? "failed")") }
+        if counts.failed > failed.count { lines.append("  … and \(counts.failed - failed.count) more") }
+        return lines.joined(separator: "\n")
+    }
+
     static func details(_ download: QueuedDownloadInfo) -> String {
         var lines: [(String, String)] = [
             ("id", "\(download.id)"),

@@ -79,6 +79,9 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
     public var fleet: [DaemonPresence]?
     public var daemonName: String?
     public var store: String?
+    /// With `queueFiles`: a page of a list download's files, and how many are in each state.
+    public var files: [ListFileInfo]?
+    public var fileCounts: ListFileCounts?
     /// The daemon's side of a long `downloads`: a JSON array written from ``DownloadRecord``s,
     /// sent as `downloads` (see ``DaemonServerLine/encoded()``). Never decoded.
     public var encodedDownloads: [UInt8]?
@@ -90,7 +93,7 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
 
     enum CodingKeys: String, CodingKey {
         case id, error, taskID, tasks, resumeData, processID, download, downloads, settings, count, total, webURL
-        case rpcURL, rpcSecret, fleet, daemonName, store
+        case rpcURL, rpcSecret, fleet, daemonName, store, files, fileCounts
     }
 
     public init(from decoder: any Decoder) throws {
@@ -121,6 +124,8 @@ public struct DaemonResponse: Codable, Sendable, Hashable {
         self.fleet = try container.decodeIfPresent([DaemonPresence].self, forKey: .fleet)
         self.daemonName = try container.decodeIfPresent(String.self, forKey: .daemonName)
         self.store = try container.decodeIfPresent(String.self, forKey: .store)
+        self.files = try container.decodeIfPresent([ListFileInfo].self, forKey: .files)
+        self.fileCounts = try container.decodeIfPresent(ListFileCounts.self, forKey: .fileCounts)
     }
 
     /// A download of an answer asked with `fields` that include `id`.

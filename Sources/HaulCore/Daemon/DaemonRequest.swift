@@ -73,6 +73,9 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         /// Receive `downloadChanged` / `downloadRemoved` / `settingsChanged` events from now on:
         /// all of them, or only finishes (``QueueSubscription``).
         case queueSubscribe(QueueSubscription)
+        /// A page of a list download's files, with how many are done, failed and waiting;
+        /// answers with `files`, `total` (of those matching) and `fileCounts`.
+        case queueFiles(FilesPage)
         /// The web UI's address with its token (`webURL`).
         case webUI
         /// The aria2 RPC's endpoint and secret (`rpcURL`, `rpcSecret`).
@@ -85,7 +88,7 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
     public enum Method: String, Codable, Sendable, Hashable, CaseIterable {
         case attach, createDownload, createUpload, resume, suspend, cancel, acknowledge, listTasks, ping
         case queueAdd, queueList, queueGet, queuePause, queueResume, queueCancel, queueRemove, queuePurge
-        case queueSetURL, queueSettings, queueSetSpeedLimit, queueSubscribe, webUI, rpcInfo, fleetStatus
+        case queueSetURL, queueSettings, queueSetSpeedLimit, queueSubscribe, queueFiles, webUI, rpcInfo, fleetStatus
     }
 
     /// The method of ``command``.
@@ -336,6 +339,38 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         }
     }
 
+    /// `queueFiles`: which files of list download `downloadID`, in the list's order: those in
+    /// `states` (`nil`: all), from `offset`, at most `limit` (`nil`: all).
+    public struct FilesPage: Codable, Sendable, Hashable {
+        public var downloadID: Int64
+        public var states: [ListFileInfo.State]?
+        public var offset: Int
+        public var limit: Int?
+
+        public init(downloadID: Int64, states: [ListFileInfo.State]? = nil, offset: Int = 0, limit: Int? = nil) {
+            self.downloadID = downloadID
+            self.states = states
+            self.offset = max(0, offset)
+            self.limit = limit.map { max(0, $0) }
+        }
+
+        enum CodingKeys: String, CodingKey { case downloadID, states, offset, limit }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            let offset = try container.decodeIfPresent(Int.self, forKey: .offset) ?? 0
+            let limit = try container.decodeIfPresent(Int.self, forKey: .limit)
+            if offset < 0 { throw DecodingError.dataCorruptedError(forKey: .offset, in: container, debugDescription: "'offset' cannot be negative") }
+            if let limit, limit < 0 { throw DecodingError.dataCorruptedError(forKey: .limit, in: container, debugDescription: "'limit' cannot be negative") }
+            self.init(
+                downloadID: try container.decode(Int64.self, forKey: .downloadID),
+                states: try container.decodeIfPresent([ListFileInfo.State].self, forKey: .states),
+                offset: offset,
+                limit: limit
+            )
+        }
+    }
+
     /// The downloads a bulk command acts on: one (`downloadID`), many (`downloadIDs`) or
     /// every one it applies to (`all: true`).
     public enum DownloadSelection: Codable, Sendable, Hashable {
@@ -471,6 +506,7 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
             self.command = .queueSettings(container.contains(.settingKey) ? try SettingChange(from: decoder) : nil)
         case .queueSetSpeedLimit: self.command = .queueSetSpeedLimit(try SetSpeedLimit(from: decoder))
         case .queueSubscribe: self.command = .queueSubscribe(try QueueSubscription(from: decoder))
+        case .queueFiles: self.command = .queueFiles(try FilesPage(from: decoder))
         case .webUI: self.command = .webUI
         case .rpcInfo: self.command = .rpcInfo
         case .fleetStatus: self.command = .fleetStatus
@@ -498,6 +534,7 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
         case .queueSettings(let payload): try payload?.encode(to: encoder)
         case .queueSetSpeedLimit(let payload): try payload.encode(to: encoder)
         case .queueSubscribe(let payload): try payload.encode(to: encoder)
+        case .queueFiles(let payload): try payload.encode(to: encoder)
         case .ping, .queuePurge, .webUI, .rpcInfo, .fleetStatus: break
         }
     }
@@ -528,6 +565,7 @@ extension DaemonRequest.Command {
         case .queueSettings: .queueSettings
         case .queueSetSpeedLimit: .queueSetSpeedLimit
         case .queueSubscribe: .queueSubscribe
+        case .queueFiles: .queueFiles
         case .webUI: .webUI
         case .rpcInfo: .rpcInfo
         case .fleetStatus: .fleetStatus

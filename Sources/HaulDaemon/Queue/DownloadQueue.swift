@@ -794,6 +794,34 @@ public final class DownloadQueue: TransferOwner, Sendable {
         }
     }
 
+    /// A page of list download `page.downloadID`'s files as the store has them (a file is
+    /// `done` once its batch is saved), the number of those in `page.states`, and how many are
+    /// in each state.
+    public func files(_ page: DaemonRequest.FilesPage) async throws -> (files: [ListFileInfo], total: Int, counts: ListFileCounts) {
+        try await self.onWork {
+            let download = try self.existing(page.downloadID, includingRemoved: true)
+            guard download.isList, let lists = self.store as? TransferStore else {
+                throw DaemonError("download \(page.downloadID) is one file, not a list")
+            }
+            var counts = ListFileCounts()
+            let wanted = page.states.map(Set.init)
+            var matching: [ListFileInfo] = []
+            for file in try lists.files(of: page.downloadID) {
+                let state: ListFileInfo.State
+                switch file.state {
+                case .waiting: state = .waiting; counts.waiting += 1
+                case .done: state = .done; counts.done += 1
+                case .failed: state = .failed; counts.failed += 1
+                }
+                guard wanted?.contains(state) ?? true else { continue }
+                matching.append(ListFileInfo(position: file.position, url: file.url, state: state, path: file.path, bytes: file.bytes, error: file.error))
+            }
+            let start = min(page.offset, matching.count)
+            let end = page.limit.map { min(matching.count, start + $0) } ?? matching.count
+            return (Array(matching[start..<end]), matching.count, counts)
+        }
+    }
+
     /// Replaces the primary URL of a waiting, paused or failed download (a fresh signed link).
     /// Its bytes are kept; the next request sends `If-Range` with the validators on record, so
     /// they are reused when the entity is the same and fetched again when it is not.

@@ -57,6 +57,8 @@ final class ListRun: Sendable {
         var doneCount = 0
         /// Finished files saved or waiting to be, then placed (``flush()``).
         var unsaved: [Finished] = []
+        /// Files that failed for this run, their rows waiting to be saved with the next batch.
+        var unsavedFailures: [StoredListFile] = []
         var flushing = false
         /// Paths promised to files not placed yet: no two files of a batch take one name.
         var reserved: Set<String> = []
@@ -253,6 +255,11 @@ final class ListRun: Sendable {
                     state.pending.append(position)
                 } else {
                     state.failures.append((position, failure))
+                    state.unsavedFailures.append(StoredListFile(position: position, url: self.files[position].url, state: .failed, error: failure.error.localizedDescription))
+                    // Saved with the next batch (which this one starts when none is under way).
+                    guard !state.flushing else { return false }
+                    state.flushing = true
+                    return true
                 }
             }
             guard var finished else { return false }
@@ -280,14 +287,17 @@ final class ListRun: Sendable {
     /// more finished meanwhile. On the run's writer queue.
     private func flush() {
         while true {
-            let batch = self.state.withLock { state -> [Finished] in
-                defer { state.unsaved.removeAll(keepingCapacity: true) }
-                if state.unsaved.isEmpty { state.flushing = false }
-                return state.unsaved
+            let (batch, failures) = self.state.withLock { state -> ([Finished], [StoredListFile]) in
+                defer {
+                    state.unsaved.removeAll(keepingCapacity: true)
+                    state.unsavedFailures.removeAll()
+                }
+                if state.unsaved.isEmpty, state.unsavedFailures.isEmpty { state.flushing = false }
+                return (state.unsaved, state.unsavedFailures)
             }
-            guard !batch.isEmpty else { break }
+            guard !batch.isEmpty || !failures.isEmpty else { break }
             do {
-                try self.setup.store.recordFiles(of: self.setup.download, batch.map(\.file))
+                try self.setup.store.recordFiles(of: self.setup.download, failures + batch.map(\.file))
             } catch {
                 // Not saved: not placed either (a restart would not find them); fetched again.
                 self.logger.error("download \(self.setup.download): cannot save \(batch.count) finished files: \(error)")

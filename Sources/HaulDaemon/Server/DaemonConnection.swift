@@ -217,7 +217,7 @@ enum DaemonRequestHandler {
         do {
             switch request.command {
             case .queueAdd, .queueList, .queueGet, .queuePause, .queueResume, .queueCancel, .queueRemove, .queuePurge,
-                .queueSetURL, .queueSettings, .queueSubscribe, .queueSetSpeedLimit:
+                .queueSetURL, .queueSettings, .queueSubscribe, .queueSetSpeedLimit, .queueFiles:
                 try await QueueRequestHandler.handle(request.command, queue: queue, connection: connection, into: &response)
             case .ping, .webUI, .rpcInfo:
                 response.processID = getpid()

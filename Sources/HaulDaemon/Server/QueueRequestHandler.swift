@@ -60,6 +60,11 @@ enum QueueRequestHandler {
             } else {
                 response.settings = queue.settings
             }
+        case .queueFiles(let page):
+            let (files, total, counts) = try await queue.files(page)
+            response.files = files
+            response.total = total
+            response.fileCounts = counts
         case .queueSetSpeedLimit(let change):
             response.download = try await queue.setSpeedLimit(id: change.downloadID, bytesPerSecond: change.speedLimit)
         case .queueSubscribe(let subscription):

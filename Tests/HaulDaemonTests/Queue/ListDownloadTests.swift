@@ -75,6 +75,13 @@ struct ListDownloadTests {
         try Self.expectFiles(harness, 3..<12)
         #expect(ended.bytesDone == (0..<12).reduce(0) { $0 + Int64(Self.size($1)) }, "its bytes are those of the files it placed")
         #expect(server.requests.filter { $0.uri == "/status/404" }.count == 1, "a 404 is not asked again within the run")
+        // Which file failed, and why (`queueFiles`, `haul show`).
+        let failed = try await harness.queue.files(.init(downloadID: added[0].id, states: [.failed]))
+        #expect(failed.counts == ListFileCounts(done: 12, failed: 1, waiting: 0) && failed.total == 1)
+        #expect(failed.files.map(\.position) == [5] && failed.files.first?.url == urls[5])
+        #expect(failed.files.first?.error?.contains("404") == true, "\(failed.files)")
+        let page = try await harness.queue.files(.init(downloadID: added[0].id, offset: 10, limit: 2))
+        #expect(page.files.map(\.position) == [10, 11] && page.total == 13 && page.files.allSatisfy { $0.state == .done && $0.path != nil })
         await harness.close()
     }
 
@@ -203,6 +210,8 @@ struct ListDownloadTests {
         #expect(try await harness.queue.list().isEmpty, "all or none")
         let list = try await harness.queue.add([Self.list([url], paused: true)])[0]
         await #expect(throws: DaemonError.self) { _ = try await harness.queue.setURL(id: list.id, url: url) }
+        let single = try await harness.queue.add([NewDownload(urls: [url], paused: true)])[0]
+        await #expect(throws: DaemonError.self) { _ = try await harness.queue.files(.init(downloadID: single.id)) }
         await harness.close()
     }
 }

@@ -230,6 +230,8 @@ struct QueueCommandTests {
         let again = (0..<60).reduce(Int64(0)) { $0 + server.bodyBytesSent(forKey: "l\($1).bin") } - Int64(60 * size)
         print("hauld list kill -9: \(placedBefore) of 60 files placed before the kill, \(again) bytes fetched again")
         #expect(again <= Int64((60 - placedBefore) * size), "at most the files not placed before the kill are fetched again")
+        let shown = try await cli.run(["show", "1"])
+        #expect(shown.standardOutput.contains("files: 60 done, 0 failed, 0 waiting"), "\(shown.standardOutput)")
         // What --list does not take.
         let refused = try await cli.run(["add", "--list", "-o", "x.bin", urls[0]])
         #expect(refused.status != 0 && refused.standardError.contains("--list takes no --out"), "\(refused.standardError)")
