@@ -40,45 +40,29 @@ final class ListRun: Sendable {
     }
 
     private struct State {
-        /// Positions of the files still to fetch this run, next last.
-        var pending: [Int]
+        /// Which file starts next, what an end means, when the run is over.
+        var plan: ListRunPlan
         var running: [Int: TransferRun] = [:]
-        /// Files in flight on each engine, each within its share of `filesAtOnce`
-        /// (``engineShare(_:)``): a file that ends makes room on its own engine, where the next
-        /// one reuses its connection. Spread over the engines by fewest in flight, a loop now and
-        /// then held one file more than it had connections, and opened one while another
-        /// loop's sat idle: 101 connections for 1,000 files, against 16 with the shares.
-        var perEngine: [Int: Int] = [:]
-        var engineOf: [Int: Int] = [:]
-        /// Bytes on disk of each file in flight.
-        var inFlightBytes: [Int: Int64] = [:]
-        /// Bytes of the files done (placed).
-        var doneBytes: Int64 = 0
-        var doneCount = 0
         /// Finished files saved or waiting to be, then placed (``flush()``).
         var unsaved: [Finished] = []
         /// Files that failed for this run, their rows waiting to be saved with the next batch.
         var unsavedFailures: [StoredListFile] = []
         var flushing = false
-        /// Paths promised to files not placed yet: no two files of a batch take one name.
+        /// Paths promised to files not placed yet: no two files of the list take one name.
         var reserved: Set<String> = []
-        var failures: [(position: Int, failure: TransferFailure)] = []
-        /// Files of this run that failed once in a way worth another try at once.
-        var retried: Set<Int> = []
-        var stopReason: TransferRun.StopReason?
         /// The task waiting for the run's slot at the core's gate (stopped with the run).
         var waiting: Task<Void, Never>?
         /// Whether the run has its slot (given back when it ends).
         var admitted = false
-        var started = 0
         var completion: (@Sendable (TransferOutcome) -> Void)?
-    }
 
-    /// How many of the files in flight engine `index` runs at most: `filesAtOnce` shared out,
-    /// the first engines taking one more when it does not divide.
-    private func engineShare(_ index: Int) -> Int {
-        let engines = self.setup.engines.count
-        return self.setup.filesAtOnce / engines + (index < self.setup.filesAtOnce % engines ? 1 : 0)
+        /// Starts the batch that saves what waits, unless one is under way: whether the caller
+        /// hands it to the writer queue.
+        mutating func startFlush() -> Bool {
+            guard !self.flushing else { return false }
+            self.flushing = true
+            return true
+        }
     }
 
     /// A file fetched whole, to save (its row) and then place.
@@ -110,20 +94,15 @@ final class ListRun: Sendable {
         self.logger = logger
         self.writer = DispatchQueue(label: "haul.list-run.\(setup.download)")
         self.partialPrefix = FileNaming.path(of: ".\(setup.download)-", in: setup.directory)
-        var state = State(pending: [])
-        for file in files.reversed() {
-            if file.state == .done, let path = file.path, let bytes = file.bytes, PartialFile.size(at: path) == bytes {
-                state.doneBytes += bytes
-                state.doneCount += 1
-            } else {
-                state.pending.append(file.position)
-            }
+        let plan = ListRunPlan(files: files, engines: setup.engines.count, filesAtOnce: setup.filesAtOnce) { path, bytes in
+            PartialFile.size(at: path) == bytes
         }
+        let state = State(plan: plan)
         self.state = Mutex(state)
     }
 
     /// Files done and files in the list, now.
-    var counts: (done: Int, total: Int) { (self.state.withLock { $0.doneCount }, self.files.count) }
+    var counts: (done: Int, total: Int) { (self.state.withLock { $0.plan.doneCount }, self.files.count) }
 
     /// Starts the run (once its slot at the core's gate is free, with a look-ahead); `completion`
     /// is called once, on no particular thread, when it has ended.
@@ -138,7 +117,7 @@ final class ListRun: Sendable {
                 try await admission.enter()
             } catch {
                 // Stopped while it waited: nothing fetched.
-                self.state.withLock { state in if state.stopReason == nil { state.stopReason = .cancel } }
+                self.state.withLock { _ = $0.plan.stop(.cancel) }
                 return self.finishIfDone()
             }
             self.state.withLock { $0.admitted = true }
@@ -151,8 +130,7 @@ final class ListRun: Sendable {
     /// Stops every file in flight; the run ends `.stopped` once they have.
     func stop(_ reason: TransferRun.StopReason) {
         let (runs, waiting) = self.state.withLock { state -> ([TransferRun], Task<Void, Never>?) in
-            guard state.stopReason == nil else { return ([], nil) }
-            state.stopReason = reason
+            guard state.plan.stop(reason) else { return ([], nil) }
             return (Array(state.running.values), state.admitted ? nil : state.waiting)
         }
         waiting?.cancel()
@@ -164,7 +142,7 @@ final class ListRun: Sendable {
     func stopUnlessAdmitted(_ reason: TransferRun.StopReason) -> Bool {
         guard let admission = self.admission else { return false }
         return admission.withdraw {
-            self.state.withLock { state in if state.stopReason == nil { state.stopReason = reason } }
+            self.state.withLock { _ = $0.plan.stop(reason) }
         }
     }
 
@@ -174,14 +152,7 @@ final class ListRun: Sendable {
     private func launch() {
         while true {
             let next = self.state.withLock { state -> (Int, TransferEngine)? in
-                guard state.stopReason == nil, !state.pending.isEmpty,
-                    let index = (0..<self.setup.engines.count).first(where: { state.perEngine[$0, default: 0] < self.engineShare($0) })
-                else { return nil }
-                let position = state.pending.removeLast()
-                state.perEngine[index, default: 0] += 1
-                state.engineOf[position] = index
-                state.started += 1
-                return (position, self.setup.engines[index])
+                state.plan.next().map { ($0.position, self.setup.engines[$0.engine]) }
             }
             guard let (position, engine) = next else { return }
             let file = self.files[position]
@@ -209,10 +180,7 @@ final class ListRun: Sendable {
     }
 
     fileprivate func wrote(_ position: Int, totalOnDisk: Int64) {
-        let bytes = self.state.withLock { state -> Int64 in
-            state.inFlightBytes[position] = totalOnDisk
-            return state.doneBytes + state.inFlightBytes.values.reduce(0, +)
-        }
+        let bytes = self.state.withLock { $0.plan.wrote(position, bytes: totalOnDisk) }
         self.transfer.listProgressed(bytesDone: bytes)
     }
 
@@ -245,38 +213,31 @@ final class ListRun: Sendable {
         }
         let flush = self.state.withLock { state -> Bool in
             state.running[position] = nil
-            state.inFlightBytes[position] = nil
-            if let index = state.engineOf.removeValue(forKey: position) { state.perEngine[index, default: 1] -= 1 }
-            if case .stopped = outcome {
-                state.pending.append(position)
-            } else if let failure {
-                // A lost connection or a timeout is tried again at once, once per run.
-                if Self.isTransient(failure), state.stopReason == nil, state.retried.insert(position).inserted {
-                    state.pending.append(position)
-                } else {
-                    state.failures.append((position, failure))
-                    state.unsavedFailures.append(StoredListFile(position: position, url: self.files[position].url, state: .failed, error: failure.error.localizedDescription))
-                    // Saved with the next batch (which this one starts when none is under way).
-                    guard !state.flushing else { return false }
-                    state.flushing = true
-                    return true
-                }
+            let end: ListRunPlan.FileEnd
+            if let failure { end = .failed(failure) } else if finished != nil { end = .finished } else { end = .stopped }
+            switch state.plan.ended(position, end) {
+            case .requeued, .retry:
+                return false
+            case .failed:
+                // Saved with the next batch (which this one starts when none is under way).
+                state.unsavedFailures.append(StoredListFile(position: position, url: self.files[position].url, state: .failed, error: failure?.error.localizedDescription))
+                return state.startFlush()
+            case .place:
+                break
             }
             guard var finished else { return false }
             // Named now, on this loop: no other file of the list takes the name meanwhile.
-            let name = finished.file.path!
-            guard let path = NoOverwriteMove.freePath(directory: self.setup.directory, name: name, reserved: state.reserved) else {
+            guard let path = NoOverwriteMove.freePath(directory: self.setup.directory, name: finished.name, reserved: state.reserved) else {
                 finished.unnamed?.close()
-                let error = URLError(.cannotCreateFile, userInfo: [NSLocalizedDescriptionKey: "no free name for \(name) in \(self.setup.directory)"])
-                state.failures.append((position, TransferFailure(error)))
+                unlink(finished.partialPath)
+                let error = URLError(.cannotCreateFile, userInfo: [NSLocalizedDescriptionKey: "no free name for \(finished.name) in \(self.setup.directory)"])
+                state.plan.failed(position, TransferFailure(error))
                 return false
             }
             state.reserved.insert(path)
             finished.file.path = path
             state.unsaved.append(finished)
-            guard !state.flushing else { return false }
-            state.flushing = true
-            return true
+            return state.startFlush()
         }
         if flush { self.writer.async { self.flush() } }
         self.launch()
@@ -307,13 +268,12 @@ final class ListRun: Sendable {
                         unlink(finished.partialPath)
                         state.reserved.remove(finished.file.path!)
                         let failure = URLError(.cannotWriteToFile, userInfo: [NSLocalizedDescriptionKey: "cannot save the list's progress: \(error)"])
-                        state.failures.append((finished.file.position, TransferFailure(failure)))
+                        state.plan.failed(finished.file.position, TransferFailure(failure))
                     }
                 }
                 continue
             }
-            var placedBytes: Int64 = 0
-            var placedCount = 0
+            var placedBytes: [Int64] = []
             var misplaced: [StoredListFile] = []
             var renamed: [StoredListFile] = []
             for finished in batch {
@@ -338,8 +298,7 @@ final class ListRun: Sendable {
                         }
                         renamed.append(moved)
                     }
-                    placedBytes += finished.file.bytes ?? 0
-                    placedCount += 1
+                    placedBytes.append(finished.file.bytes ?? 0)
                 } catch {
                     var file = finished.file
                     file.state = .failed
@@ -353,11 +312,10 @@ final class ListRun: Sendable {
             let bytes = self.state.withLock { state -> Int64 in
                 for finished in batch { state.reserved.remove(finished.file.path!) }
                 for file in misplaced {
-                    state.failures.append((file.position, TransferFailure(URLError(.cannotMoveFile, userInfo: [NSLocalizedDescriptionKey: file.error ?? "cannot place the file"]))))
+                    state.plan.failed(file.position, TransferFailure(URLError(.cannotMoveFile, userInfo: [NSLocalizedDescriptionKey: file.error ?? "cannot place the file"])))
                 }
-                state.doneBytes += placedBytes
-                state.doneCount += placedCount
-                return state.doneBytes + state.inFlightBytes.values.reduce(0, +)
+                for bytes in placedBytes { state.plan.placed(bytes: bytes) }
+                return state.plan.bytesOnDisk
             }
             self.transfer.listProgressed(bytesDone: bytes)
         }
@@ -368,38 +326,25 @@ final class ListRun: Sendable {
     /// (or the run is stopped): see the type's description for the outcome.
     private func finishIfDone() {
         let ending = self.state.withLock { state -> (@Sendable (TransferOutcome) -> Void, TransferOutcome, (any RunAdmission)?)? in
-            guard let completion = state.completion, state.running.isEmpty, !state.flushing, state.unsaved.isEmpty,
-                state.pending.isEmpty || state.stopReason != nil
+            guard let completion = state.completion,
+                let outcome = state.plan.outcome(hasPendingWrites: state.flushing || !state.unsaved.isEmpty, url: { self.files[$0].url })
             else { return nil }
-            // Not started yet (waiting for its slot) and not stopped: nothing to say yet.
-            guard state.started > 0 || state.stopReason != nil || state.pending.isEmpty else { return nil }
             state.completion = nil
             let slot = state.admitted ? self.admission : nil
-            if let reason = state.stopReason { return (completion, .stopped(reason, response: nil, resumePoint: nil), slot) }
-            let response = ResponseInfo(url: self.files[0].url, statusCode: 200, headers: HTTPHeaderFields(), httpVersion: "HTTP/1.1")
-            guard !state.failures.isEmpty else { return (completion, .completed(response: response, bytesOnDisk: state.doneBytes), slot) }
-            let failures = state.failures.sorted { $0.position < $1.position }
-            // The most retryable kind decides: a run that lost a connection is worth another.
-            let decisive = failures.first { Self.isTransient($0.failure) } ?? failures[0]
-            let first = failures[0]
-            let message = "\(failures.count) of \(self.files.count) files failed (first: \(self.files[first.position].url.absoluteString): \(first.failure.error.localizedDescription))"
-            let error = URLError(decisive.failure.error.code, userInfo: [NSLocalizedDescriptionKey: message])
-            return (completion, .failed(TransferFailure(error, serverStatus: decisive.failure.serverStatus), response: nil, resumePoint: nil), slot)
+            switch outcome {
+            case .stopped(let reason):
+                return (completion, .stopped(reason, response: nil, resumePoint: nil), slot)
+            case .completed(let bytes):
+                let response = ResponseInfo(url: self.files[0].url, statusCode: 200, headers: HTTPHeaderFields(), httpVersion: "HTTP/1.1")
+                return (completion, .completed(response: response, bytesOnDisk: bytes), slot)
+            case .failed(let failure):
+                return (completion, .failed(failure, response: nil, resumePoint: nil), slot)
+            }
         }
         guard let (completion, outcome, slot) = ending else { return }
         completion(outcome)
         // The slot goes back after the end was told, as a file's run gives it back.
         slot?.leave()
-    }
-
-    /// Whether `failure` is worth another try (a lost connection, a timeout, a refused
-    /// connection, a 5xx, 408 or 429), as the retry policy counts them.
-    private static func isTransient(_ failure: TransferFailure) -> Bool {
-        switch failure.kind {
-        case .connectionLost, .timedOut, .cannotConnect: true
-        case .serverStatus(let status): RetryPolicy.isTransient(status: status)
-        case .permanent: false
-        }
     }
 }
 
