@@ -293,7 +293,7 @@ extension DownloadQueue {
                 download: id,
                 directory: download.directory,
                 headers: Self.headers(download.requestHeaders),
-                engines: ProcessInfo.processInfo.environment["ONEENGINE"] != nil ? [self.core.engine] : self.core.engines,
+                engines: self.core.engines,
                 bandwidthLimiters: [self.core.globalLimiter, transfer.speedLimiter],
                 filesAtOnce: max(1, settings.maximumConnectionsPerHost),
                 store: lists
