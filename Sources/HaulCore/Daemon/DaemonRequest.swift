@@ -358,10 +358,7 @@ public struct DaemonRequest: Codable, Sendable, Hashable {
 
         public init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
-            let offset = try container.decodeIfPresent(Int.self, forKey: .offset) ?? 0
-            let limit = try container.decodeIfPresent(Int.self, forKey: .limit)
-            if offset < 0 { throw DecodingError.dataCorruptedError(forKey: .offset, in: container, debugDescription: "'offset' cannot be negative") }
-            if let limit, limit < 0 { throw DecodingError.dataCorruptedError(forKey: .limit, in: container, debugDescription: "'limit' cannot be negative") }
+            let (offset, limit) = try QueuePage.window(in: container, offset: .offset, limit: .limit)
             self.init(
                 downloadID: try container.decode(Int64.self, forKey: .downloadID),
                 states: try container.decodeIfPresent([ListFileInfo.State].self, forKey: .states),

@@ -16,11 +16,13 @@ public struct ListFileInfo: Codable, Sendable, Hashable {
     public var position: Int
     public var url: URL
     public var state: State
+    /// Where the finished file is: saved before it is placed there, so that a restart finds it
+    /// (or, not finding it, fetches it again).
     public var path: String?
     public var bytes: Int64?
     public var error: String?
 
-    public init(position: Int, url: URL, state: State, path: String? = nil, bytes: Int64? = nil, error: String? = nil) {
+    public init(position: Int, url: URL, state: State = .waiting, path: String? = nil, bytes: Int64? = nil, error: String? = nil) {
         self.position = position
         self.url = url
         self.state = state

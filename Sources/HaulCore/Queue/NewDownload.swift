@@ -114,13 +114,20 @@ public struct QueuePage: Codable, Sendable, Hashable {
 
     enum CodingKeys: String, CodingKey { case offset, limit, states, search, fields }
 
+    /// A page's `offset` (0 when left out) and `limit` (`nil`) read from `container`; a negative
+    /// one is an error, not a guess. Shared by the requests that page (`queueList`, `queueFiles`).
+    package static func window<Key: CodingKey>(in container: KeyedDecodingContainer<Key>, offset: Key, limit: Key) throws -> (offset: Int, limit: Int?) {
+        let start = try container.decodeIfPresent(Int.self, forKey: offset) ?? 0
+        let count = try container.decodeIfPresent(Int.self, forKey: limit)
+        if start < 0 { throw DecodingError.dataCorruptedError(forKey: offset, in: container, debugDescription: "'offset' cannot be negative") }
+        if let count, count < 0 { throw DecodingError.dataCorruptedError(forKey: limit, in: container, debugDescription: "'limit' cannot be negative") }
+        return (start, count)
+    }
+
     /// Every field may be left out; a negative `offset` or `limit` is an error, not a guess.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        let offset = try container.decodeIfPresent(Int.self, forKey: .offset) ?? 0
-        let limit = try container.decodeIfPresent(Int.self, forKey: .limit)
-        if offset < 0 { throw DecodingError.dataCorruptedError(forKey: .offset, in: container, debugDescription: "'offset' cannot be negative") }
-        if let limit, limit < 0 { throw DecodingError.dataCorruptedError(forKey: .limit, in: container, debugDescription: "'limit' cannot be negative") }
+        let (offset, limit) = try Self.window(in: container, offset: .offset, limit: .limit)
         var fields: [DownloadField]?
         if let names = try container.decodeIfPresent([String].self, forKey: .fields) {
             do { fields = try DownloadField.parse(names) } catch {

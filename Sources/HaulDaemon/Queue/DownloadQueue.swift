@@ -807,14 +807,12 @@ public final class DownloadQueue: TransferOwner, Sendable {
             let wanted = page.states.map(Set.init)
             var matching: [ListFileInfo] = []
             for file in try lists.files(of: page.downloadID) {
-                let state: ListFileInfo.State
                 switch file.state {
-                case .waiting: state = .waiting; counts.waiting += 1
-                case .done: state = .done; counts.done += 1
-                case .failed: state = .failed; counts.failed += 1
+                case .waiting: counts.waiting += 1
+                case .done: counts.done += 1
+                case .failed: counts.failed += 1
                 }
-                guard wanted?.contains(state) ?? true else { continue }
-                matching.append(ListFileInfo(position: file.position, url: file.url, state: state, path: file.path, bytes: file.bytes, error: file.error))
+                if wanted?.contains(file.state) ?? true { matching.append(file) }
             }
             let start = min(page.offset, matching.count)
             let end = page.limit.map { min(matching.count, start + $0) } ?? matching.count
