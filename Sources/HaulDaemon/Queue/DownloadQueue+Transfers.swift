@@ -441,7 +441,9 @@ extension DownloadQueue {
             let error = URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "the server answered \(response.statusCode)"])
             self.failed(id, row: running.stored, transfer: transfer, lease: lease, failure: TransferFailure(error, serverStatus: response.statusCode), retryAfter: response.headers["Retry-After"], point: nil)
         case .failed(let failure, let response, let point):
-            self.failed(id, row: running.stored, transfer: transfer, lease: lease, failure: failure, retryAfter: response?.headers["Retry-After"], point: point)
+            // A list's run that placed files made progress: its attempts count again from one.
+            let progressed = if case .list(let list) = running.run { list.madeProgress } else { false }
+            self.failed(id, row: running.stored, transfer: transfer, lease: lease, failure: failure, retryAfter: response?.headers["Retry-After"], point: point, afterProgress: progressed)
         case .stopped(_, _, let point):
             self.stopped(id, intent: running.intent ?? .pause, transfer: transfer, lease: lease, partialPath: running.stored.partialPath, point: point)
         }
@@ -518,14 +520,15 @@ extension DownloadQueue {
         lease: QueueLease,
         failure: TransferFailure,
         retryAfter: String?,
-        point: ResumePoint?
+        point: ResumePoint?,
+        afterProgress: Bool = false
     ) {
         self.state.withLock { _ = $0.running.removeValue(forKey: id) }
         let message = failure.error.localizedDescription
         do {
             let decision = TransferOutcomePolicy(retryPolicy: self.configuration.retryPolicy).decide(
                 TransferOutcomePolicy.Failure(
-                    attempt: download.failedAttempts + 1,
+                    attempt: afterProgress ? 1 : download.failedAttempts + 1,
                     kind: failure.kind,
                     retryAfter: retryAfter.flatMap { RetryPolicy.retryAfterSeconds($0) },
                     hasResumePoint: point != nil,
@@ -543,7 +546,7 @@ extension DownloadQueue {
                 guard download.state == .active else { return }  // paused or cancelled meanwhile
                 switch decision {
                 case .retry(let delay, _):
-                    download.failedAttempts += 1
+                    download.failedAttempts = afterProgress ? 1 : download.failedAttempts + 1
                     download.state = .waiting
                     download.notBefore = Date().addingTimeInterval(delay)
                     download.errorMessage = "\(message); retrying"

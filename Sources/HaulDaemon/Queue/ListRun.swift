@@ -104,6 +104,10 @@ final class ListRun: Sendable {
     /// Files done and files in the list, now.
     var counts: (done: Int, total: Int) { (self.state.withLock { $0.plan.doneCount }, self.files.count) }
 
+    /// Whether this run placed any file: a run that failed after doing so counts as progress,
+    /// not as one more failed attempt (``DownloadQueue``'s retry of the list).
+    var madeProgress: Bool { self.state.withLock { $0.plan.placedThisRun > 0 } }
+
     /// Starts the run (once its slot at the core's gate is free, with a look-ahead); `completion`
     /// is called once, on no particular thread, when it has ended.
     func start(completion: @escaping @Sendable (TransferOutcome) -> Void) {

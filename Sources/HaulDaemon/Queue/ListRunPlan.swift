@@ -46,6 +46,8 @@ struct ListRunPlan {
     private var inFlightBytes: [Int: Int64] = [:]
     private(set) var doneBytes: Int64 = 0
     private(set) var doneCount = 0
+    /// Files placed by this run (the queue counts a run that placed some as progress).
+    private(set) var placedThisRun = 0
     private(set) var failures: [(position: Int, failure: TransferFailure)] = []
     /// Files tried again at once already this run.
     private var retried: Set<Int> = []
@@ -103,8 +105,9 @@ struct ListRunPlan {
     /// The bytes of the files placed and of those in flight.
     var bytesOnDisk: Int64 { self.doneBytes + self.inFlightBytes.values.reduce(0, +) }
 
-    /// File `position`'s run ended so: what to do about it. A lost connection, a timeout or an
-    /// answer worth retrying is tried again at once, once a run.
+    /// File `position`'s run ended so: what to do about it. A lost connection or a timeout is
+    /// tried again at once, once a run; a server's answer worth retrying (5xx, 408, 429) is not:
+    /// the list then ends failed and the queue's retry policy waits its backoff.
     mutating func ended(_ position: Int, _ end: FileEnd) -> Decision {
         if let engine = self.inFlight.removeValue(forKey: position) { self.perEngine[engine] -= 1 }
         self.inFlightBytes[position] = nil
@@ -115,7 +118,7 @@ struct ListRunPlan {
             self.pending.append(position)
             return .requeued
         case .failed(let failure):
-            if Self.isTransient(failure), self.stopReason == nil, self.retried.insert(position).inserted {
+            if Self.isRetriedAtOnce(failure), self.stopReason == nil, self.retried.insert(position).inserted {
                 self.pending.append(position)
                 return .retry
             }
@@ -128,6 +131,7 @@ struct ListRunPlan {
     mutating func placed(bytes: Int64) {
         self.doneBytes += bytes
         self.doneCount += 1
+        self.placedThisRun += 1
     }
 
     /// A finished file could not be saved or placed: failed for this run.
@@ -157,6 +161,14 @@ struct ListRunPlan {
         let first = failures[0]
         let message = "\(failures.count) of \(self.fileCount) files failed (first: \(url(first.position).absoluteString): \(first.failure.error.localizedDescription))"
         return .failed(TransferFailure(URLError(decisive.failure.error.code, userInfo: [NSLocalizedDescriptionKey: message]), serverStatus: decisive.failure.serverStatus))
+    }
+
+    /// Whether a file that failed so is fetched again at once: a lost connection or a timeout.
+    static func isRetriedAtOnce(_ failure: TransferFailure) -> Bool {
+        switch failure.kind {
+        case .connectionLost, .timedOut: true
+        case .cannotConnect, .serverStatus, .permanent: false
+        }
     }
 
     /// Whether `failure` is worth another try (a lost connection, a timeout, a refused
