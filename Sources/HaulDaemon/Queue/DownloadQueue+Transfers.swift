@@ -613,8 +613,9 @@ extension DownloadQueue {
     }
 
     /// Places a finished file at `promised` when given and still free (`exact` refuses to
-    /// replace), else where `choosing` places it (the name or the first free `name (n)`).
-    private static func place(at promised: String?, _ exact: (String) throws -> Void, choosing: () throws -> String) throws -> String {
+    /// replace), else where `choosing` places it (the name or the first free `name (n)`). A
+    /// list's files are placed through it too (``ListRun``).
+    static func place(at promised: String?, _ exact: (String) throws -> Void, choosing: () throws -> String) throws -> String {
         if let promised {
             do {
                 try exact(promised)

@@ -101,9 +101,6 @@ final class ListRun: Sendable {
         self.state = Mutex(state)
     }
 
-    /// Files done and files in the list, now.
-    var counts: (done: Int, total: Int) { (self.state.withLock { $0.plan.doneCount }, self.files.count) }
-
     /// Whether this run placed any file: a run that failed after doing so counts as progress,
     /// not as one more failed attempt (``DownloadQueue``'s retry of the list).
     var madeProgress: Bool { self.state.withLock { $0.plan.placedThisRun > 0 } }
@@ -284,22 +281,24 @@ final class ListRun: Sendable {
                 let path = finished.file.path!
                 do {
                     defer { finished.unnamed?.close() }
-                    do {
-                        if let unnamed = finished.unnamed {
-                            try unnamed.link(to: path)
-                        } else {
-                            try NoOverwriteMove.move(finished.partialPath, to: path)
+                    // At the saved path; when that was taken since it was chosen (another list,
+                    // or another program, in the directory), at the next free name, saved again
+                    // (a crash before that save fetches the file again rather than leave it
+                    // unaccounted for).
+                    let directory = self.setup.directory
+                    let placedAt: String
+                    if let unnamed = finished.unnamed {
+                        placedAt = try DownloadQueue.place(at: path, { try unnamed.link(to: $0) }) {
+                            try NoOverwriteMove.linkChoosingFreeName(unnamed, directory: directory, name: finished.name)
                         }
-                    } catch let failure as NoOverwriteMove.Failure where failure.isExists {
-                        // Taken since it was chosen (another list, or another program, in the
-                        // directory): the next free name, saved again (a crash before that
-                        // save fetches the file again rather than leave it unaccounted for).
+                    } else {
+                        placedAt = try DownloadQueue.place(at: path, { try NoOverwriteMove.move(finished.partialPath, to: $0) }) {
+                            try NoOverwriteMove.moveChoosingFreeName(finished.partialPath, directory: directory, name: finished.name)
+                        }
+                    }
+                    if placedAt != path {
                         var moved = finished.file
-                        if let unnamed = finished.unnamed {
-                            moved.path = try NoOverwriteMove.linkChoosingFreeName(unnamed, directory: self.setup.directory, name: finished.name)
-                        } else {
-                            moved.path = try NoOverwriteMove.moveChoosingFreeName(finished.partialPath, directory: self.setup.directory, name: finished.name)
-                        }
+                        moved.path = placedAt
                         renamed.append(moved)
                     }
                     placedBytes.append(finished.file.bytes ?? 0)

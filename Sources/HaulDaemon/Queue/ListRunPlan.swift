@@ -44,6 +44,8 @@ struct ListRunPlan {
     private(set) var inFlight: [Int: Int] = [:]
     private var perEngine: [Int]
     private var inFlightBytes: [Int: Int64] = [:]
+    /// The sum of `inFlightBytes`, kept as they change (asked for at every write of a body).
+    private var inFlightTotal: Int64 = 0
     private(set) var doneBytes: Int64 = 0
     private(set) var doneCount = 0
     /// Files placed by this run (the queue counts a run that placed some as progress).
@@ -98,19 +100,19 @@ struct ListRunPlan {
 
     /// File `position` has `bytes` on disk; the list's bytes on disk now.
     mutating func wrote(_ position: Int, bytes: Int64) -> Int64 {
-        self.inFlightBytes[position] = bytes
+        self.inFlightTotal += bytes - (self.inFlightBytes.updateValue(bytes, forKey: position) ?? 0)
         return self.bytesOnDisk
     }
 
     /// The bytes of the files placed and of those in flight.
-    var bytesOnDisk: Int64 { self.doneBytes + self.inFlightBytes.values.reduce(0, +) }
+    var bytesOnDisk: Int64 { self.doneBytes + self.inFlightTotal }
 
     /// File `position`'s run ended so: what to do about it. A lost connection or a timeout is
     /// tried again at once, once a run; a server's answer worth retrying (5xx, 408, 429) is not:
     /// the list then ends failed and the queue's retry policy waits its backoff.
     mutating func ended(_ position: Int, _ end: FileEnd) -> Decision {
         if let engine = self.inFlight.removeValue(forKey: position) { self.perEngine[engine] -= 1 }
-        self.inFlightBytes[position] = nil
+        self.inFlightTotal -= self.inFlightBytes.removeValue(forKey: position) ?? 0
         switch end {
         case .finished:
             return .place
