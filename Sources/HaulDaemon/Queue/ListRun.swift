@@ -47,7 +47,8 @@ final class ListRun: Sendable {
         var unsaved: [Finished] = []
         /// Files that failed for this run, their rows waiting to be saved with the next batch.
         var unsavedFailures: [StoredListFile] = []
-        var flushing = false
+        /// When what waits is saved.
+        var batching = ListRunBatching()
         /// Paths promised to files not placed yet: no two files of the list take one name.
         var reserved: Set<String> = []
         /// The task waiting for the run's slot at the core's gate (stopped with the run).
@@ -56,12 +57,10 @@ final class ListRun: Sendable {
         var admitted = false
         var completion: (@Sendable (TransferOutcome) -> Void)?
 
-        /// Starts the batch that saves what waits, unless one is under way: whether the caller
-        /// hands it to the writer queue.
-        mutating func startFlush() -> Bool {
-            guard !self.flushing else { return false }
-            self.flushing = true
-            return true
+        /// Whether (and when) the caller asks the writer queue for a save, after a file's end.
+        mutating func startFlush() -> ListRunBatching.Start {
+            let isLast = self.plan.inFlight.isEmpty && (self.plan.pending.isEmpty || self.plan.stopReason != nil)
+            return self.batching.filesWait(self.unsaved.count + self.unsavedFailures.count, isLast: isLast)
         }
     }
 
@@ -212,41 +211,46 @@ final class ListRun: Sendable {
         case .stopped:
             unlink(self.partialPath(position))
         }
-        let flush = self.state.withLock { state -> Bool in
+        let flush = self.state.withLock { state -> ListRunBatching.Start in
             state.running[position] = nil
             let end: ListRunPlan.FileEnd
             if let failure { end = .failed(failure) } else if finished != nil { end = .finished } else { end = .stopped }
             switch state.plan.ended(position, end) {
             case .requeued, .retry:
-                return false
-            case .failed:
-                // Saved with the next batch (which this one starts when none is under way).
-                state.unsavedFailures.append(StoredListFile(position: position, url: self.files[position].url, state: .failed, error: failure?.error.localizedDescription))
-                return state.startFlush()
-            case .place:
                 break
+            case .failed:
+                // Saved with the next batch.
+                state.unsavedFailures.append(StoredListFile(position: position, url: self.files[position].url, state: .failed, error: failure?.error.localizedDescription))
+            case .place:
+                guard var finished else { break }
+                // Named now, on this loop: no other file of the list takes the name meanwhile.
+                guard let path = NoOverwriteMove.freePath(directory: self.setup.directory, name: finished.name, reserved: state.reserved) else {
+                    finished.unnamed?.close()
+                    unlink(finished.partialPath)
+                    let error = URLError(.cannotCreateFile, userInfo: [NSLocalizedDescriptionKey: "no free name for \(finished.name) in \(self.setup.directory)"])
+                    state.plan.failed(position, TransferFailure(error))
+                    break
+                }
+                state.reserved.insert(path)
+                finished.file.path = path
+                state.unsaved.append(finished)
             }
-            guard var finished else { return false }
-            // Named now, on this loop: no other file of the list takes the name meanwhile.
-            guard let path = NoOverwriteMove.freePath(directory: self.setup.directory, name: finished.name, reserved: state.reserved) else {
-                finished.unnamed?.close()
-                unlink(finished.partialPath)
-                let error = URLError(.cannotCreateFile, userInfo: [NSLocalizedDescriptionKey: "no free name for \(finished.name) in \(self.setup.directory)"])
-                state.plan.failed(position, TransferFailure(error))
-                return false
-            }
-            state.reserved.insert(path)
-            finished.file.path = path
-            state.unsaved.append(finished)
+            // After every end, also a requeued one: the run's last end saves what waits at once.
             return state.startFlush()
         }
-        if flush { self.writer.async { self.flush() } }
+        switch flush {
+        case .none: break
+        case .now: self.writer.async { self.flush() }
+        case .afterInterval:
+            let (seconds, attoseconds) = ListRunBatching.gatheringInterval.components
+            self.writer.asyncAfter(deadline: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))) { self.flush() }
+        }
         self.launch()
         self.finishIfDone()
     }
 
     /// Saves the finished files that wait (one transaction), then places them; again while
-    /// more finished meanwhile. On the run's writer queue.
+    /// more finished meanwhile. On the run's writer queue, when ``ListRunBatching`` says.
     private func flush() {
         while true {
             let (batch, failures) = self.state.withLock { state -> ([Finished], [StoredListFile]) in
@@ -254,7 +258,7 @@ final class ListRun: Sendable {
                     state.unsaved.removeAll(keepingCapacity: true)
                     state.unsavedFailures.removeAll()
                 }
-                if state.unsaved.isEmpty, state.unsavedFailures.isEmpty { state.flushing = false }
+                if state.unsaved.isEmpty, state.unsavedFailures.isEmpty { state.batching.drained() } else { state.batching.takes() }
                 return (state.unsaved, state.unsavedFailures)
             }
             guard !batch.isEmpty || !failures.isEmpty else { break }
@@ -330,7 +334,7 @@ final class ListRun: Sendable {
     private func finishIfDone() {
         let ending = self.state.withLock { state -> (@Sendable (TransferOutcome) -> Void, TransferOutcome, (any RunAdmission)?)? in
             guard let completion = state.completion,
-                let outcome = state.plan.outcome(hasPendingWrites: state.flushing || !state.unsaved.isEmpty, url: { self.files[$0].url })
+                let outcome = state.plan.outcome(hasPendingWrites: state.batching.isSaving || !state.unsaved.isEmpty || !state.unsavedFailures.isEmpty, url: { self.files[$0].url })
             else { return nil }
             state.completion = nil
             let slot = state.admitted ? self.admission : nil
