@@ -59,8 +59,8 @@ final class ListRun: Sendable {
 
         /// Whether (and when) the caller asks the writer queue for a save, after a file's end.
         mutating func startFlush() -> ListRunBatching.Start {
-            let isLast = self.plan.inFlight.isEmpty && (self.plan.pending.isEmpty || self.plan.stopReason != nil)
-            return self.batching.filesWait(self.unsaved.count + self.unsavedFailures.count, isLast: isLast)
+            let nothingLeftToStart = self.plan.pending.isEmpty || self.plan.stopReason != nil
+            return self.batching.filesWait(self.unsaved.count + self.unsavedFailures.count, nothingLeftToStart: nothingLeftToStart)
         }
     }
 
@@ -235,7 +235,7 @@ final class ListRun: Sendable {
                 finished.file.path = path
                 state.unsaved.append(finished)
             }
-            // After every end, also a requeued one: the run's last end saves what waits at once.
+            // After every end, also a requeued one: once nothing is left to start, what waits is saved at once.
             return state.startFlush()
         }
         switch flush {
