@@ -73,7 +73,7 @@ extension TransferStore {
 
     /// Saves how `files` of list download `download` stand now (state, path, length, error),
     /// in one transaction.
-    public func recordFiles(of download: Int64, _ files: [StoredListFile]) throws {
+    public func recordFiles(of download: Int64, _ files: [StoredListFile.End]) throws {
         guard !files.isEmpty else { return }
         try self.batch {
             try self.write(oneStatement: true) { db in

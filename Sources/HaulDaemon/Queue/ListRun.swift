@@ -46,10 +46,12 @@ final class ListRun: Sendable {
         /// Finished files saved or waiting to be, then placed (``flush()``).
         var unsaved: [Finished] = []
         /// Files that failed for this run, their rows waiting to be saved with the next batch.
-        var unsavedFailures: [StoredListFile] = []
+        var unsavedFailures: [StoredListFile.End] = []
         /// When what waits is saved.
         var batching = ListRunBatching()
-        /// Paths promised to files not placed yet: no two files of the list take one name.
+        /// Paths given to the run's files: no two files of the list take one name. A path stays
+        /// in it once its file is placed (the file holds the name then anyway), so that only the
+        /// loop that names a file touches the set, never the thread that places it.
         var reserved: Set<String> = []
         /// The task waiting for the run's slot at the core's gate (stopped with the run).
         var waiting: Task<Void, Never>?
@@ -64,13 +66,14 @@ final class ListRun: Sendable {
         }
     }
 
-    /// A file fetched whole, to save (its row) and then place.
+    /// A file fetched whole, to save (its row) and then place. No URL and no partial path (made
+    /// again where needed, from the position): it is handed from the loop to the writer queue.
     private struct Finished {
-        var file: StoredListFile
+        var end: StoredListFile.End
         /// The name the server gave it (its path's last part, unless that was taken).
         var name: String
+        /// The file, unnamed; `nil`: it was created by name, at ``partialPath(_:)``.
         var unnamed: PartialFile?
-        var partialPath: String
     }
 
     let setup: Setup
@@ -193,12 +196,7 @@ final class ListRun: Sendable {
         case .completed(let response, let total) where (200..<300).contains(response.statusCode):
             let name = FileNaming.suggestedFilename(contentDisposition: response.headers["Content-Disposition"], url: response.url)
             let unnamed = run.takeUnnamedFile()
-            finished = Finished(
-                file: StoredListFile(position: position, url: self.files[position].url, state: .done, path: name, bytes: total),
-                name: name,
-                unnamed: unnamed,
-                partialPath: self.partialPath(position)
-            )
+            finished = Finished(end: StoredListFile.End(position: position, state: .done, path: name, bytes: total), name: name, unnamed: unnamed)
         case .completed(let response, _):
             failure = TransferFailure(
                 URLError(.badServerResponse, userInfo: [NSLocalizedDescriptionKey: "the server answered \(response.statusCode)"]),
@@ -220,19 +218,19 @@ final class ListRun: Sendable {
                 break
             case .failed:
                 // Saved with the next batch.
-                state.unsavedFailures.append(StoredListFile(position: position, url: self.files[position].url, state: .failed, error: failure?.error.localizedDescription))
+                state.unsavedFailures.append(StoredListFile.End(position: position, state: .failed, error: failure?.error.localizedDescription))
             case .place:
                 guard var finished else { break }
                 // Named now, on this loop: no other file of the list takes the name meanwhile.
                 guard let path = NoOverwriteMove.freePath(directory: self.setup.directory, name: finished.name, reserved: state.reserved) else {
                     finished.unnamed?.close()
-                    unlink(finished.partialPath)
+                    unlink(self.partialPath(position))
                     let error = URLError(.cannotCreateFile, userInfo: [NSLocalizedDescriptionKey: "no free name for \(finished.name) in \(self.setup.directory)"])
                     state.plan.failed(position, TransferFailure(error))
                     break
                 }
                 state.reserved.insert(path)
-                finished.file.path = path
+                finished.end.path = path
                 state.unsaved.append(finished)
             }
             // After every end, also a requeued one: once nothing is left to start, what waits is saved at once.
@@ -253,7 +251,7 @@ final class ListRun: Sendable {
     /// more finished meanwhile. On the run's writer queue, when ``ListRunBatching`` says.
     private func flush() {
         while true {
-            let (batch, failures) = self.state.withLock { state -> ([Finished], [StoredListFile]) in
+            let (batch, failures) = self.state.withLock { state -> ([Finished], [StoredListFile.End]) in
                 defer {
                     state.unsaved.removeAll(keepingCapacity: true)
                     state.unsavedFailures.removeAll()
@@ -263,26 +261,26 @@ final class ListRun: Sendable {
             }
             guard !batch.isEmpty || !failures.isEmpty else { break }
             do {
-                try self.setup.store.recordFiles(of: self.setup.download, failures + batch.map(\.file))
+                try self.setup.store.recordFiles(of: self.setup.download, failures + batch.map(\.end))
             } catch {
                 // Not saved: not placed either (a restart would not find them); fetched again.
                 self.logger.error("download \(self.setup.download): cannot save \(batch.count) finished files: \(error)")
                 self.state.withLock { state in
                     for finished in batch {
                         finished.unnamed?.close()
-                        unlink(finished.partialPath)
-                        state.reserved.remove(finished.file.path!)
+                        if finished.unnamed == nil { unlink(self.partialPath(finished.end.position)) }
+                        state.reserved.remove(finished.end.path!)
                         let failure = URLError(.cannotWriteToFile, userInfo: [NSLocalizedDescriptionKey: "cannot save the list's progress: \(error)"])
-                        state.plan.failed(finished.file.position, TransferFailure(failure))
+                        state.plan.failed(finished.end.position, TransferFailure(failure))
                     }
                 }
                 continue
             }
             var placedBytes: [Int64] = []
-            var misplaced: [StoredListFile] = []
-            var renamed: [StoredListFile] = []
+            var misplaced: [StoredListFile.End] = []
+            var renamed: [StoredListFile.End] = []
             for finished in batch {
-                let path = finished.file.path!
+                let path = finished.end.path!
                 do {
                     defer { finished.unnamed?.close() }
                     // At the saved path; when that was taken since it was chosen (another list,
@@ -296,28 +294,28 @@ final class ListRun: Sendable {
                             try NoOverwriteMove.linkChoosingFreeName(unnamed, directory: directory, name: finished.name)
                         }
                     } else {
-                        placedAt = try DownloadQueue.place(at: path, { try NoOverwriteMove.move(finished.partialPath, to: $0) }) {
-                            try NoOverwriteMove.moveChoosingFreeName(finished.partialPath, directory: directory, name: finished.name)
+                        let partialPath = self.partialPath(finished.end.position)
+                        placedAt = try DownloadQueue.place(at: path, { try NoOverwriteMove.move(partialPath, to: $0) }) {
+                            try NoOverwriteMove.moveChoosingFreeName(partialPath, directory: directory, name: finished.name)
                         }
                     }
                     if placedAt != path {
-                        var moved = finished.file
+                        var moved = finished.end
                         moved.path = placedAt
                         renamed.append(moved)
                     }
-                    placedBytes.append(finished.file.bytes ?? 0)
+                    placedBytes.append(finished.end.bytes ?? 0)
                 } catch {
-                    var file = finished.file
+                    var file = finished.end
                     file.state = .failed
                     file.path = nil
                     file.error = "cannot place the file at \(path): \(error)"
                     misplaced.append(file)
-                    unlink(finished.partialPath)
+                    if finished.unnamed == nil { unlink(self.partialPath(finished.end.position)) }
                 }
             }
             if !misplaced.isEmpty || !renamed.isEmpty { try? self.setup.store.recordFiles(of: self.setup.download, misplaced + renamed) }
             let bytes = self.state.withLock { state -> Int64 in
-                for finished in batch { state.reserved.remove(finished.file.path!) }
                 for file in misplaced {
                     state.plan.failed(file.position, TransferFailure(URLError(.cannotMoveFile, userInfo: [NSLocalizedDescriptionKey: file.error ?? "cannot place the file"])))
                 }
