@@ -59,6 +59,13 @@ final class ListRun: Sendable {
         var admitted = false
         var completion: (@Sendable (TransferOutcome) -> Void)?
 
+        /// The files to start now (``ListRunPlan/next()`` until it gives none): in flight from now on.
+        mutating func takeStarts() -> [(position: Int, engine: Int)] {
+            var starts: [(position: Int, engine: Int)] = []
+            while let next = self.plan.next() { starts.append(next) }
+            return starts
+        }
+
         /// Whether (and when) the caller asks the writer queue for a save, after a file's end.
         mutating func startFlush() -> ListRunBatching.Start {
             let nothingLeftToStart = self.plan.pending.isEmpty || self.plan.stopReason != nil
@@ -153,25 +160,36 @@ final class ListRun: Sendable {
 
     /// Starts files until `filesAtOnce` are in flight or none is left.
     private func launch() {
-        while true {
-            let next = self.state.withLock { state -> (Int, TransferEngine)? in
-                state.plan.next().map { ($0.position, self.setup.engines[$0.engine]) }
-            }
-            guard let (position, engine) = next else { return }
-            let file = self.files[position]
-            let run = TransferRun(
-                engine: engine,
-                request: TransferRequest(url: file.url, method: "GET", headers: self.setup.headers),
-                destination: .file(path: self.partialPath(position), resume: nil),
+        self.launch(self.state.withLock { $0.takeStarts() })
+    }
+
+    /// Starts the files the plan gave (``State/takeStarts()``, counted in flight already): their
+    /// runs made outside the lock, then held in `running` under one lock for all. A run whose
+    /// list was stopped meanwhile is started and stopped at once, so that it ends (and the
+    /// plan hears of it) as the others do.
+    private func launch(_ starts: [(position: Int, engine: Int)]) {
+        guard !starts.isEmpty else { return }
+        let runs = starts.map { start in
+            TransferRun(
+                engine: self.setup.engines[start.engine],
+                request: TransferRequest(url: self.files[start.position].url, method: "GET", headers: self.setup.headers),
+                destination: .file(path: self.partialPath(start.position), resume: nil),
                 resourceTimeout: nil,
                 bandwidthLimiters: self.setup.bandwidthLimiters,
                 // One connection a file: the list's files are its connections.
                 maximumConnections: 1,
                 opensUnnamedFile: true,
-                observer: FileObserver(list: self, position: position)
+                observer: FileObserver(list: self, position: start.position)
             )
-            self.state.withLock { $0.running[position] = run }
+        }
+        let stopped = self.state.withLock { state -> TransferRun.StopReason? in
+            for (start, run) in zip(starts, runs) { state.running[start.position] = run }
+            return state.plan.stopReason
+        }
+        for (start, run) in zip(starts, runs) {
+            let position = start.position
             run.start { outcome in self.ended(position, run, outcome) }
+            if let stopped { run.stop(stopped) }
         }
     }
 
@@ -209,7 +227,9 @@ final class ListRun: Sendable {
         case .stopped:
             unlink(self.partialPath(position))
         }
-        let flush = self.state.withLock { state -> ListRunBatching.Start in
+        // One lock for the end, the files that start in its place, and (when none does) the
+        // run's own end: each lock the two loops share is a cache line they pass between them.
+        let (flush, starts, ending) = self.state.withLock { state -> (ListRunBatching.Start, [(position: Int, engine: Int)], Ending?) in
             state.running[position] = nil
             let end: ListRunPlan.FileEnd
             if let failure { end = .failed(failure) } else if finished != nil { end = .finished } else { end = .stopped }
@@ -234,7 +254,9 @@ final class ListRun: Sendable {
                 state.unsaved.append(finished)
             }
             // After every end, also a requeued one: once nothing is left to start, what waits is saved at once.
-            return state.startFlush()
+            let flush = state.startFlush()
+            let starts = state.takeStarts()
+            return (flush, starts, starts.isEmpty ? self.ending(&state) : nil)
         }
         switch flush {
         case .none: break
@@ -243,8 +265,8 @@ final class ListRun: Sendable {
             let (seconds, attoseconds) = ListRunBatching.gatheringInterval.components
             self.writer.asyncAfter(deadline: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))) { self.flush() }
         }
-        self.launch()
-        self.finishIfDone()
+        self.launch(starts)
+        if let ending { self.finish(ending) }
     }
 
     /// Saves the finished files that wait (one transaction), then places them; again while
@@ -327,29 +349,38 @@ final class ListRun: Sendable {
         self.finishIfDone()
     }
 
+    /// The run's end, to tell outside the lock (``finish(_:)``).
+    private typealias Ending = (completion: @Sendable (TransferOutcome) -> Void, outcome: TransferOutcome, slot: (any RunAdmission)?)
+
     /// Calls the completion once nothing is in flight, waits to be saved, or is left to start
     /// (or the run is stopped): see the type's description for the outcome.
     private func finishIfDone() {
-        let ending = self.state.withLock { state -> (@Sendable (TransferOutcome) -> Void, TransferOutcome, (any RunAdmission)?)? in
-            guard let completion = state.completion,
-                let outcome = state.plan.outcome(hasPendingWrites: state.batching.isSaving || !state.unsaved.isEmpty || !state.unsavedFailures.isEmpty, url: { self.files[$0].url })
-            else { return nil }
-            state.completion = nil
-            let slot = state.admitted ? self.admission : nil
-            switch outcome {
-            case .stopped(let reason):
-                return (completion, .stopped(reason, response: nil, resumePoint: nil), slot)
-            case .completed(let bytes):
-                let response = ResponseInfo(url: self.files[0].url, statusCode: 200, headers: HTTPHeaderFields(), httpVersion: "HTTP/1.1")
-                return (completion, .completed(response: response, bytesOnDisk: bytes), slot)
-            case .failed(let failure):
-                return (completion, .failed(failure, response: nil, resumePoint: nil), slot)
-            }
+        guard let ending = self.state.withLock({ self.ending(&$0) }) else { return }
+        self.finish(ending)
+    }
+
+    /// The run's end when it has ended and was not told yet (taken: told once), under the lock.
+    private func ending(_ state: inout State) -> Ending? {
+        guard let completion = state.completion,
+            let outcome = state.plan.outcome(hasPendingWrites: state.batching.isSaving || !state.unsaved.isEmpty || !state.unsavedFailures.isEmpty, url: { self.files[$0].url })
+        else { return nil }
+        state.completion = nil
+        let slot = state.admitted ? self.admission : nil
+        switch outcome {
+        case .stopped(let reason):
+            return (completion, .stopped(reason, response: nil, resumePoint: nil), slot)
+        case .completed(let bytes):
+            let response = ResponseInfo(url: self.files[0].url, statusCode: 200, headers: HTTPHeaderFields(), httpVersion: "HTTP/1.1")
+            return (completion, .completed(response: response, bytesOnDisk: bytes), slot)
+        case .failed(let failure):
+            return (completion, .failed(failure, response: nil, resumePoint: nil), slot)
         }
-        guard let (completion, outcome, slot) = ending else { return }
-        completion(outcome)
+    }
+
+    private func finish(_ ending: Ending) {
+        ending.completion(ending.outcome)
         // The slot goes back after the end was told, as a file's run gives it back.
-        slot?.leave()
+        ending.slot?.leave()
     }
 }
 
