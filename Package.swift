@@ -43,8 +43,8 @@ let staticProgramSettings: [LinkerSetting] = [
 // PLT), 60-70 → 40 ms of CPU to start, idle RSS 9.4 → 9.7-10.2 MiB (its own pages instead of
 // shared libraries'). Its own symbol ordering file (`scripts/link-order`: what a daemon runs for
 // list downloads, downloads per URL, a large file, pause and resume): a list of 1,000 × 16 KiB
-// peaks at 22.2-23.8 MiB resident instead of 26.5-28.7, and took 4-7 % less CPU a file in
-// alternating rounds (timings on this machine vary by more than that from run to run).
+// peaks at 22.2-23.8 MiB resident instead of 26.5-28.7. Its CPU a file came out 3-7 % lower in
+// two alternating runs, which is within this machine's noise: kept for the memory.
 let daemonProgramSettings: [LinkerSetting] = [
     .unsafeFlags(
         [

@@ -261,9 +261,7 @@ final class ListRun: Sendable {
         switch flush {
         case .none: break
         case .now: self.writer.async { self.flush() }
-        case .afterInterval:
-            let (seconds, attoseconds) = ListRunBatching.gatheringInterval.components
-            self.writer.asyncAfter(deadline: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))) { self.flush() }
+        case .afterInterval: self.writer.asyncAfter(deadline: .now() + ListRunBatching.gatheringInterval) { self.flush() }
         }
         self.launch(starts)
         if let ending { self.finish(ending) }

@@ -1,3 +1,5 @@
+import Dispatch
+
 /// When the files of a list download that have ended are saved, with no I/O: ``ListRun`` asks
 /// for a save on its writer queue (one transaction for every file that waits, then their
 /// placement) only as this says.
@@ -25,7 +27,7 @@ struct ListRunBatching: Equatable {
     }
 
     /// How long an ended file waits for others to share its save.
-    static let gatheringInterval: Duration = .milliseconds(10)
+    static let gatheringInterval: DispatchTimeInterval = .milliseconds(10)
     /// The files that make a save start at once however soon.
     static let maximumBatch = 32
 
