@@ -48,8 +48,10 @@ struct AddCommand: ParsableCommand {
     )
     var maxConnections: Int?
 
-    @Option(name: .customLong("priority"), help: "Higher starts first (default 0).")
-    var priority: Int = 0
+    // The default applied here, not given to the parser (see `GetCommand.maxConnectionsGiven`).
+    @Option(name: .customLong("priority"), help: ArgumentHelp("Higher starts first (default 0). (default: 0)", valueName: "priority"))
+    var priorityGiven: Int?
+    var priority: Int { self.priorityGiven ?? 0 }
 
     @Flag(name: .customLong("list"), help: "Queue the URLs as one list download (its files fetched and placed as they finish), not one download each.")
     var list = false
