@@ -1,5 +1,5 @@
 import Foundation
-import HaulCore
+@testable import HaulCore
 import Testing
 
 /// The typed request against the wire format of `docs/daemon.md`: the lines clients have
@@ -261,7 +261,7 @@ struct DaemonRequestTests {
         }
     }
 
-    @Test("A batch to add is written as a line that JSONDecoder and Haul's reader both read back as the same request; other requests as JSONEncoder writes them")
+    @Test("A batch to add is written as a line that JSONDecoder and Haul's reader both read back as the same request; other requests read back the same too")
     func batchAddLine() throws {
         let full = NewDownload(
             urls: [URL(string: "http://127.0.0.1:8080/a%20b?x=1&y=%22")!, URL(string: "http://[::1]:81/mirror")!],
@@ -287,11 +287,62 @@ struct DaemonRequestTests {
             #expect(try self.decode(text) == request, "\(text)")
             #expect(DaemonRequest.batchAdd(line: Array(line.dropLast())) == request, "the daemon's reader takes it: \(text)")
         }
-        // Any other request: JSONEncoder's line.
+        // Any other request: JSONEncoder's line, or the small queue requests' own (`smallQueueLines`).
         for request in [DaemonRequest(id: 3, .ping), DaemonRequest(id: 4, .queueAdd(.one(full))), DaemonRequest(id: 5, .queueList(QueuePage(limit: 3)))] {
             let line = try request.encodedLine()
             #expect(line.last == UInt8(ascii: "\n"))
             #expect(try self.decode(String(decoding: line.dropLast(), as: UTF8.self)) == request)
+        }
+    }
+}
+
+extension DaemonRequestTests {
+    @Test("queueSubscribe, queueList and the requests without a payload are written by hand as lines JSONDecoder and the daemon read back as the same request, with every member and escapes")
+    func smallQueueLines() throws {
+        let requests: [DaemonRequest] = [
+            DaemonRequest(id: 1, .queueSubscribe(.init())),
+            DaemonRequest(id: 2, .queueSubscribe(.init(events: .finished, fields: [.id, .state, .path, .errorMessage]))),
+            DaemonRequest(id: 3, .queueSubscribe(.init(events: .all))),
+            DaemonRequest(id: 4, .queueList(QueuePage())),
+            DaemonRequest(id: 5, .queueList(QueuePage(offset: 100, limit: 0))),
+            DaemonRequest(id: Int.max, .queueList(QueuePage(offset: 7, limit: 20, states: QueuedDownloadState.allCases, search: "a \"q\" \\ é\n\u{1}", fields: DownloadField.allCases))),
+            DaemonRequest(id: 6, .queueList(QueuePage(states: [], search: "", fields: []))),
+            DaemonRequest(id: 7, .ping), DaemonRequest(id: 8, .queuePurge), DaemonRequest(id: 9, .webUI),
+            DaemonRequest(id: 10, .rpcInfo), DaemonRequest(id: 11, .fleetStatus),
+        ]
+        for request in requests {
+            let line = try #require(request.smallQueueLine(), "written by hand: \(request)")
+            #expect(try request.encodedLine() == line)
+            #expect(line.last == UInt8(ascii: "\n") && line.dropLast().allSatisfy { $0 != UInt8(ascii: "\n") })
+            let text = String(decoding: line.dropLast(), as: UTF8.self)
+            #expect(try self.decode(text) == request, "\(text)")
+            #expect(try DaemonRequest.decode(line: Array(line.dropLast())) == request, "the daemon's reader: \(text)")
+            // The same as JSONEncoder's line, read back.
+            #expect(try self.decode(text) == JSONDecoder().decode(DaemonRequest.self, from: JSONEncoder().encode(request)))
+        }
+        for other in [DaemonRequest(id: 12, .queueGet(.init(downloadID: 3))), DaemonRequest(id: 13, .queueSettings(nil))] {
+            #expect(other.smallQueueLine() == nil, "JSONEncoder writes \(other)")
+        }
+    }
+
+    @Test("A bare answer (an id, perhaps a count) is read by Haul's reader as JSONDecoder reads it; any other answer is left to JSONDecoder")
+    func bareAnswers() throws {
+        let decoder = JSONDecoder()
+        for text in [#"{"response":{"id":1}}"#, #"{"response":{"id":9223372036854775807,"count":3}}"#, #"{ "response" : { "count" : 0 , "id" : 42 } }"#] {
+            let bytes = Array(text.utf8)
+            let fast = try #require(bytes.withUnsafeBytes { DaemonServerLine.bareAnswer(line: $0) }, "\(text)")
+            #expect(fast == (try decoder.decode(DaemonServerLine.self, from: Data(bytes))), "\(text)")
+            #expect(bytes.withUnsafeBytes { DaemonServerLine.decode(line: $0) } == fast)
+        }
+        for text in [
+            #"{"response":{"id":1,"error":"no download with id 9"}}"#, #"{"response":{"id":1,"id":2}}"#, #"{"response":{"count":1}}"#,
+            #"{"response":{"id":"1"}}"#, #"{"response":{"id":null}}"#, #"{"response":{"id":1,"total":3}}"#, #"{"event":{"kind":"ping"}}"#,
+            #"{"response":{"id":1}} "# + String(repeating: " ", count: 100),
+        ] {
+            let bytes = Array(text.utf8)
+            #expect(bytes.withUnsafeBytes { DaemonServerLine.bareAnswer(line: $0) } == nil || text.count > DaemonServerLine.bareAnswerBytes, "\(text)")
+            // The whole reader still reads each as JSONDecoder does.
+            #expect(bytes.withUnsafeBytes { DaemonServerLine.decode(line: $0) } == (try? decoder.decode(DaemonServerLine.self, from: Data(bytes))), "\(text)")
         }
     }
 }

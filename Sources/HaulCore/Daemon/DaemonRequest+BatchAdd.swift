@@ -127,6 +127,7 @@ extension DaemonRequest {
     /// batch written with ``JSONWriter`` (what ``batchAdd(line:)`` reads back), anything else
     /// with `JSONEncoder`. `JSONEncoder` took ~2 µs a download of `haul add`'s batch.
     public func encodedLine() throws -> [UInt8] {
+        if let line = self.smallQueueLine() { return line }
         guard case .queueAdd(.batch(let downloads, let fields)) = self.command else {
             var line = Array(try JSONEncoder().encode(self))
             line.append(UInt8(ascii: "\n"))
@@ -144,6 +145,57 @@ extension DaemonRequest {
         if let fields {
             writer.append(raw: #","fields":"#)
             writer.append(strings: fields.lazy.map(\.rawValue))
+        }
+        writer.append(raw: "}\n")
+        return writer.bytes
+    }
+}
+
+extension DaemonRequest {
+    /// `queueSubscribe`, `queueList` and the requests without a payload, written with
+    /// ``JSONWriter`` as `JSONEncoder` writes them (the same members; the daemon reads either);
+    /// `nil` for any other request. A queue command sends one or two of these first: through
+    /// `JSONEncoder`, the first encoding of a process cost ~1.8 M instructions (its types' first
+    /// look-ups by the runtime), a tenth of `haul ls`.
+    func smallQueueLine() -> [UInt8]? {
+        var writer = JSONWriter(capacity: 160)
+        writer.append(raw: #"{"id":"#)
+        writer.append(integer: self.id)
+        writer.append(raw: #","method":"#)
+        writer.append(string: self.method.rawValue)
+        switch self.command {
+        case .queueSubscribe(let subscription):
+            if let events = subscription.events {
+                writer.append(raw: #","events":"#)
+                writer.append(string: events.rawValue)
+            }
+            if let fields = subscription.fields {
+                writer.append(raw: #","fields":"#)
+                writer.append(strings: fields.lazy.map(\.rawValue))
+            }
+        case .queueList(let page):
+            writer.append(raw: #","offset":"#)
+            writer.append(integer: page.offset)
+            if let limit = page.limit {
+                writer.append(raw: #","limit":"#)
+                writer.append(integer: limit)
+            }
+            if let states = page.states {
+                writer.append(raw: #","states":"#)
+                writer.append(strings: states.lazy.map(\.rawValue))
+            }
+            if let search = page.search {
+                writer.append(raw: #","search":"#)
+                writer.append(string: search)
+            }
+            if let fields = page.fields {
+                writer.append(raw: #","fields":"#)
+                writer.append(strings: fields.lazy.map(\.rawValue))
+            }
+        case .ping, .queuePurge, .webUI, .rpcInfo, .fleetStatus:
+            break
+        default:
+            return nil
         }
         writer.append(raw: "}\n")
         return writer.bytes
