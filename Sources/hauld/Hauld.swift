@@ -31,6 +31,9 @@ struct Hauld: AsyncParsableCommand {
     // The numbers' defaults are applied here, not given to the parser, which would describe
     // each for its help text at every start (the runtime's first look-ups of Int's and Double's
     // descriptions, ~1.9 M instructions); the help reads as before.
+    static let defaultRPCPort = 6800
+    static let defaultLeaseSeconds: Double = 15
+
     @Option(
         name: .customLong("web-port"),
         help: ArgumentHelp("Port of the web UI on 127.0.0.1 (0: any free port). (default: \(DaemonService.defaultWebPort))", valueName: "web-port")
@@ -44,9 +47,9 @@ struct Hauld: AsyncParsableCommand {
     @Flag(name: .customLong("enable-rpc"), help: "Serve aria2's JSON-RPC (HTTP and WebSocket on /jsonrpc), as aria2c --enable-rpc.")
     var enableRPC = false
 
-    @Option(name: .customLong("rpc-listen-port"), help: ArgumentHelp("Port of the aria2 RPC (0: any free port). (default: 6800)", valueName: "rpc-listen-port"))
+    @Option(name: .customLong("rpc-listen-port"), help: ArgumentHelp("Port of the aria2 RPC (0: any free port). (default: \(Self.defaultRPCPort))", valueName: "rpc-listen-port"))
     var rpcListenPortGiven: Int?
-    var rpcListenPort: Int { self.rpcListenPortGiven ?? 6800 }
+    var rpcListenPort: Int { self.rpcListenPortGiven ?? Self.defaultRPCPort }
 
     @Flag(name: .customLong("rpc-listen-all"), help: "Listen for the RPC on every address instead of 127.0.0.1 only.")
     var rpcListenAll = false
@@ -68,12 +71,12 @@ struct Hauld: AsyncParsableCommand {
     @Option(
         name: .customLong("lease-seconds"),
         help: ArgumentHelp(
-            "Seconds a lease on a download of a shared queue lasts unless renewed; a dead daemon's downloads are taken over after it. (default: 15.0)",
+            "Seconds a lease on a download of a shared queue lasts unless renewed; a dead daemon's downloads are taken over after it. (default: \(Self.defaultLeaseSeconds))",
             valueName: "lease-seconds"
         )
     )
     var leaseSecondsGiven: Double?
-    var leaseSeconds: Double { self.leaseSecondsGiven ?? 15 }
+    var leaseSeconds: Double { self.leaseSecondsGiven ?? Self.defaultLeaseSeconds }
 
     @Flag(help: "Log at debug level: every task start, every time idle memory is handed back (as --log-level debug).")
     var verbose = false

@@ -42,19 +42,23 @@ struct GetCommand: AsyncParsableCommand {
     @Option(name: [.customShort("j"), .customLong("jobs")], help: "Downloads running at once (default 1 for one URL, 4 for several).")
     var jobs: Int?
 
+    // The three numbers' defaults are applied here, not given to the parser, which would
+    // describe each default for its help text at every parse (Int's and Double's descriptions,
+    // looked up by the runtime the first time: 1.9 M of a one-file download's 35 M
+    // instructions). The help says them as the parser did.
+    static let defaultMaximumConnections = 16
+    static let defaultRetries = 5
+    static let defaultTimeout: Double = 30
+
     @Option(
         name: [.customShort("x"), .customLong("max-connections")],
         help: ArgumentHelp(
-            "Connections per download (segments of one file at once, as aria2c -x / axel -n); 1: one connection. Default 16. More than one only once the first is slower than 512 MiB/s. (default: 16)",
+            "Connections per download (segments of one file at once, as aria2c -x / axel -n); 1: one connection. Default \(Self.defaultMaximumConnections). More than one only once the first is slower than 512 MiB/s. (default: \(Self.defaultMaximumConnections))",
             valueName: "max-connections"
         )
     )
-    // The three numbers' defaults are applied here, not given to the parser, which would print
-    // each default for its help text at every parse (Int's and Double's descriptions, looked up
-    // by the runtime the first time: 1.9 M of a one-file download's 35 M instructions). The help
-    // says them as the parser did.
     var maxConnectionsGiven: Int?
-    var maxConnections: Int { self.maxConnectionsGiven ?? 16 }
+    var maxConnections: Int { self.maxConnectionsGiven ?? Self.defaultMaximumConnections }
 
     @Option(
         name: .customLong("mirror"),
@@ -65,13 +69,16 @@ struct GetCommand: AsyncParsableCommand {
     @Option(name: .customLong("checksum"), help: "Expected checksum TYPE=HEX (sha256, sha1, md5) of the (single) download; a mismatch is an error.")
     var checksum: String?
 
-    @Option(name: .customLong("retries"), help: ArgumentHelp("Retries after a transient failure. (default: 5)", valueName: "retries"))
+    @Option(name: .customLong("retries"), help: ArgumentHelp("Retries after a transient failure. (default: \(Self.defaultRetries))", valueName: "retries"))
     var retriesGiven: Int?
-    var retries: Int { self.retriesGiven ?? 5 }
+    var retries: Int { self.retriesGiven ?? Self.defaultRetries }
 
-    @Option(name: .customLong("timeout"), help: ArgumentHelp("Seconds to wait for the next byte before the attempt fails. (default: 30.0)", valueName: "timeout"))
+    @Option(
+        name: .customLong("timeout"),
+        help: ArgumentHelp("Seconds to wait for the next byte before the attempt fails. (default: \(Self.defaultTimeout))", valueName: "timeout")
+    )
     var timeoutGiven: Double?
-    var timeout: Double { self.timeoutGiven ?? 30 }
+    var timeout: Double { self.timeoutGiven ?? Self.defaultTimeout }
 
     @Option(name: [.customShort("H"), .customLong("header")], help: "Extra request header 'Name: value' (repeatable).")
     var headers: [String] = []

@@ -48,10 +48,15 @@ struct AddCommand: ParsableCommand {
     )
     var maxConnections: Int?
 
-    // The default applied here, not given to the parser (see `GetCommand.maxConnectionsGiven`).
-    @Option(name: .customLong("priority"), help: ArgumentHelp("Higher starts first (default 0). (default: 0)", valueName: "priority"))
+    // The default applied here, not given to the parser (see `GetCommand.defaultRetries`).
+    static let defaultPriority = 0
+
+    @Option(
+        name: .customLong("priority"),
+        help: ArgumentHelp("Higher starts first (default \(Self.defaultPriority)). (default: \(Self.defaultPriority))", valueName: "priority")
+    )
     var priorityGiven: Int?
-    var priority: Int { self.priorityGiven ?? 0 }
+    var priority: Int { self.priorityGiven ?? Self.defaultPriority }
 
     @Flag(name: .customLong("list"), help: "Queue the URLs as one list download (its files fetched and placed as they finish), not one download each.")
     var list = false

@@ -142,12 +142,16 @@ extension DaemonRequest {
             download.write(to: &writer)
         }
         writer.append(UInt8(ascii: "]"))
-        if let fields {
-            writer.append(raw: #","fields":"#)
-            writer.append(strings: fields.lazy.map(\.rawValue))
-        }
+        Self.appendFields(fields, to: &writer)
         writer.append(raw: "}\n")
         return writer.bytes
+    }
+
+    /// `,"fields":[…]` when `fields` is given: a projection's members, as `JSONEncoder` writes them.
+    static func appendFields(_ fields: [DownloadField]?, to writer: inout JSONWriter) {
+        guard let fields else { return }
+        writer.append(raw: #","fields":"#)
+        writer.append(strings: fields.lazy.map(\.rawValue))
     }
 }
 
@@ -169,10 +173,7 @@ extension DaemonRequest {
                 writer.append(raw: #","events":"#)
                 writer.append(string: events.rawValue)
             }
-            if let fields = subscription.fields {
-                writer.append(raw: #","fields":"#)
-                writer.append(strings: fields.lazy.map(\.rawValue))
-            }
+            Self.appendFields(subscription.fields, to: &writer)
         case .queueList(let page):
             writer.append(raw: #","offset":"#)
             writer.append(integer: page.offset)
@@ -188,10 +189,7 @@ extension DaemonRequest {
                 writer.append(raw: #","search":"#)
                 writer.append(string: search)
             }
-            if let fields = page.fields {
-                writer.append(raw: #","fields":"#)
-                writer.append(strings: fields.lazy.map(\.rawValue))
-            }
+            Self.appendFields(page.fields, to: &writer)
         case .ping, .queuePurge, .webUI, .rpcInfo, .fleetStatus:
             break
         default:
@@ -232,10 +230,7 @@ extension DaemonRequest {
         // room for the longest id, and `fields` when asked for; its newline is not counted (nor
         // is it by the daemon).
         var fieldsMember = JSONWriter(capacity: 64)
-        if let fields {
-            fieldsMember.append(raw: #","fields":"#)
-            fieldsMember.append(strings: fields.lazy.map(\.rawValue))
-        }
+        Self.appendFields(fields, to: &fieldsMember)
         let frame = #"{"id":,"method":"queueAdd","downloads":[]}"#.utf8.count + String(Int.max).utf8.count + fieldsMember.bytes.count
         var batches: [ArraySlice<NewDownload>] = []
         var start = 0
