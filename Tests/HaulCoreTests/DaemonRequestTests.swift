@@ -387,6 +387,21 @@ extension DaemonRequestTests {
         let exact = try DaemonRequest(id: Int.max, .queueAdd(.batch(pair))).encodedLine().count - 1
         #expect(try DaemonRequest.addBatches(pair, maximumLineLength: exact).map(\.count) == [2])
         #expect(try DaemonRequest.addBatches(pair, maximumLineLength: exact - 1).map(\.count) == [1, 1])
+        // Growing from a first batch: 16, then eight times as many each time, the last what is
+        // left; each still within the line, which may cut a batch shorter (and the next grows
+        // from the cap, not from what the line let through).
+        let growing = try DaemonRequest.addBatches(downloads, growingFrom: 16)
+        #expect(growing.map(\.count) == [16, 128, 156])
+        #expect(Array(growing.joined()) == downloads)
+        let cut = try DaemonRequest.addBatches(downloads, growingFrom: 16, maximumLineLength: 4_096)
+        #expect(Array(cut.joined()) == downloads)
+        #expect(cut[0].count == 16 && cut.dropFirst().allSatisfy { $0.count < 128 })
+        for batch in cut {
+            #expect(try DaemonRequest(id: Int.max, .queueAdd(.batch(Array(batch)))).encodedLine().count - 1 <= 4_096)
+        }
+        #expect(try DaemonRequest.addBatches(Array(downloads.prefix(16)), growingFrom: 16).map(\.count) == [16])
+        #expect(try DaemonRequest.addBatches(Array(downloads.prefix(17)), growingFrom: 16).map(\.count) == [16, 1])
+        #expect(try DaemonRequest.addBatches(Array(downloads.prefix(3)), growingFrom: 0).map(\.count) == [1, 2])
         // A download that fits no line: refused with its place, nothing split.
         let huge = NewDownload(urls: [URL(string: "http://127.0.0.1/" + String(repeating: "h", count: 2_000))!])
         #expect(throws: DaemonRequest.DownloadTooLong.self) { try DaemonRequest.addBatches(downloads + [huge], maximumLineLength: 1_000) }

@@ -24,7 +24,7 @@ struct AddCommand: ParsableCommand {
     @Argument(help: "http or https URLs to download.")
     var urls: [String] = []
 
-    @Option(name: [.customShort("i"), .customLong("input-file")], help: "Read URLs from FILE, one per line ('-' for standard input; blank lines and # comments skipped). Every line is checked before any is added; all are added in one batch, or a very long list (over ~7,000 URLs) in consecutive batches of what one request carries.")
+    @Option(name: [.customShort("i"), .customLong("input-file")], help: "Read URLs from FILE, one per line ('-' for standard input; blank lines and # comments skipped). Every line is checked before any is added. Many go to hauld in consecutive batches, each added whole or not at all: the first \(Self.firstBatch), then \(DaemonRequest.batchGrowth) times as many each time (within what one request carries, ~7,000 URLs), so that the first start while the rest are saved; a batch refused stops the rest, and what was added before it is said. With --paused, as few batches as the requests carry.")
     var inputFile: String?
 
     @Option(name: [.customShort("d"), .customLong("dir")], help: "Directory to save into (default: the daemon's 'dir' setting).")
@@ -72,6 +72,10 @@ struct AddCommand: ParsableCommand {
         help: "Then wait until they finish, printing a line for each as it completes or fails (as 'haul wait -q'); exit status 0 when every one completed, 1 otherwise."
     )
     var wait = false
+
+    /// How many downloads the first request of a long add carries (``DaemonRequest/addBatches(_:fields:growingFrom:maximumLineLength:)``):
+    /// enough to fill hauld's default slots and its look-ahead while the next batch is saved.
+    static let firstBatch = 16
 
     func validate() throws {
         if let maxConnections, !(1...64).contains(maxConnections) { throw ValidationError("-x takes a number from 1 to 64") }
@@ -179,16 +183,18 @@ struct AddCommand: ParsableCommand {
             download.urls = [url] + template.urls
             return download
         }
-        // One request, one transaction in hauld: all are added or none. A list longer than one
-        // request may carry (~7,000 plain URLs) goes in consecutive batches, each all or none;
-        // the first refused stops the rest, and what was added before it is said.
+        // One request, one transaction in hauld: all of a batch are added or none. Downloads that
+        // start go in batches that grow from `firstBatch` (hauld starts the first while it
+        // decodes and saves the next); paused ones, and a list longer than one request may carry
+        // (~7,000 plain URLs), in as few as the requests carry. The first batch refused stops
+        // the rest, and what was added before it is said.
         // More than 20 are told in one line, for which their ids are enough: hauld answers with
         // those alone (1,000 whole downloads were ~220 KB to write and read).
         let summarizes = !self.json && downloads.count > 20
         let fields: [DownloadField]? = summarizes ? [.id] : nil
         let batches: [ArraySlice<NewDownload>]
         do {
-            batches = try DaemonRequest.addBatches(downloads, fields: fields)
+            batches = try DaemonRequest.addBatches(downloads, fields: fields, growingFrom: self.paused ? nil : Self.firstBatch)
         } catch {
             Terminal.writeError("haul: \(error); nothing was added\n")
             throw ExitStatus.generic

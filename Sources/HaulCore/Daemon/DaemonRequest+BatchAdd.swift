@@ -220,10 +220,17 @@ extension DaemonRequest {
     /// batch when the whole list fits, each line asking for `fields` of the answer. The daemon
     /// adds each batch in one transaction.
     ///
+    /// With `growingFrom`, the first batch carries at most that many downloads and each next
+    /// one at most ``batchGrowth`` times as many as the one before (each still within the
+    /// line): the daemon starts the first ones while it decodes and saves the rest, instead of
+    /// after all of them (`haul add -i` of 1,000 URLs: its first request reached the server
+    /// ~23 ms after the add began, the time hauld took to decode and insert the thousand).
+    ///
     /// - Throws: ``DownloadTooLong`` for a download that fits no line on its own.
     public static func addBatches(
         _ downloads: [NewDownload],
         fields: [DownloadField]? = nil,
+        growingFrom first: Int? = nil,
         maximumLineLength: Int = DaemonProtocol.maximumLineLength
     ) throws(DownloadTooLong) -> [ArraySlice<NewDownload>] {
         // The line around the downloads: {"id":N,"method":"queueAdd","downloads":[ … ]}, with
@@ -236,6 +243,8 @@ extension DaemonRequest {
         var start = 0
         var length = frame
         var writer = JSONWriter(capacity: 512)
+        // The most downloads the current batch may carry (`Int.max`: as many as fit its line).
+        var cap = first.map { max(1, $0) } ?? Int.max
         for (index, download) in downloads.enumerated() {
             writer.bytes.removeAll(keepingCapacity: true)
             download.write(to: &writer)
@@ -243,10 +252,11 @@ extension DaemonRequest {
             guard frame + bytes <= maximumLineLength else { throw DownloadTooLong(index: index, bytes: bytes) }
             // A comma before every download but a batch's first.
             let added = index > start ? bytes + 1 : bytes
-            if length + added > maximumLineLength {
+            if length + added > maximumLineLength || index - start >= cap {
                 batches.append(downloads[start..<index])
                 start = index
                 length = frame + bytes
+                cap = cap.multipliedReportingOverflow(by: Self.batchGrowth).overflow ? Int.max : cap * Self.batchGrowth
             } else {
                 length += added
             }
@@ -254,6 +264,12 @@ extension DaemonRequest {
         if start < downloads.count || downloads.isEmpty { batches.append(downloads[start...]) }
         return batches
     }
+
+    /// How many times as many downloads each batch of ``addBatches(_:fields:growingFrom:maximumLineLength:)``
+    /// may carry as the one before: a batch costs hauld ~20 µs of CPU a download to decode and
+    /// save, a small file ~300 µs to fetch, so the files of one batch keep the transfers busy
+    /// while the next, eight times as long, is saved.
+    public static let batchGrowth = 8
 }
 
 extension NewDownload {

@@ -419,7 +419,9 @@ struct QueueCommandTests {
         try await daemon.start()
         let cli = HaulCLI(daemon: daemon)
         let directory = daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("waited")
-        // Thirty small files (the list is summed up in one line) and one slower one.
+        // Thirty small files (the list is summed up in one line) and one slower one: sent in two
+        // batches (16, then 15), the first fetched while the rest are added; every finish of
+        // both is heard.
         var urls = (0..<30).map { server.url("/file/w\($0).bin?size=\(10_000 + $0)&seed=\($0)").absoluteString }
         urls.append(server.url("/file/slow.bin?size=600000&seed=77&rate=1500000").absoluteString)
         let list = directory.deletingLastPathComponent().appendingPathComponent("urls.txt")
