@@ -431,6 +431,9 @@ struct QueueCommandTests {
         #expect(waited.status == 0, "\(waited.standardOutput) \(waited.standardError)")
         let lines = waited.standardOutput.split(separator: "\n").map(String.init)
         #expect(lines.first == "added 31 downloads (1…31) → \(directory.path)", "\(lines.first ?? "")")
+        // Two requests, each its own insert, in order: hauld logs each batch it queued.
+        let log = try String(contentsOf: daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("hauld.log"), encoding: .utf8)
+        #expect(log.contains("queued 16 downloads (1…16)") && log.contains("queued 15 downloads (17…31)"), "\(log)")
         let outcomes = lines.dropFirst()
         #expect(Set(outcomes) == Set((0..<30).map { "\($0 + 1) complete \(directory.path)/w\($0).bin" } + ["31 complete \(directory.path)/slow.bin"]), "\(outcomes)")
         #expect(outcomes.count == 31, "each once")
@@ -584,6 +587,9 @@ struct QueueCommandTests {
         let shortRows = try await cli.list().filter { $0.urls[0].lastPathComponent.hasPrefix("s") }
         #expect(shortRows.count == 25 && Set(shortRows.map(\.directory)).count == 1)
         #expect(addedShort.status == 0 && addedShort.standardOutput == "added 25 downloads (901…925) → \(shortRows[0].directory)\n", "\(addedShort.standardOutput) \(addedShort.standardError)")
+        // Paused: nothing starts, so nothing is gained by a small first batch; one transaction.
+        let log = try String(contentsOf: daemon.dataDirectory.deletingLastPathComponent().appendingPathComponent("hauld.log"), encoding: .utf8)
+        #expect(log.contains("queued 25 downloads (901…925)"), "\(log)")
         let json = try await cli.run(["add", "--paused", "--json", "-i", short.path])
         #expect(json.status == 0 && json.standardOutput.contains("\"urls\""), "--json prints whole downloads")
 
