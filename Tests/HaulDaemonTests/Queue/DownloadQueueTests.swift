@@ -741,9 +741,11 @@ extension DownloadQueueTests {
         let directory = harness.downloads.path
         // The first runs for a while (4 KiB/s); the others are small.
         let urls = [server.url("/file/first.bin?size=8192&seed=1&rate=4096")] + (2...30).map { server.url("/file/f\($0).bin?size=2048&seed=\($0)") }
-        let added = try await harness.queue.add(urls.map { NewDownload(urls: [$0], directory: directory) })
+        // Added paused, so that the hook is in place before any claim: on a loaded machine the
+        // first could end before a hook set once it was active (every download was then claimed
+        // in turn, the hook never ran).
+        let added = try await harness.queue.add(urls.map { NewDownload(urls: [$0], directory: directory, paused: true) })
         let ids = added.map(\.id)
-        _ = try await harness.wait(for: ids[0], .active)
         // As the next claim begins, another daemon has finished 2 to 25 and announced them: the
         // announcements wait in the backlog while the queue's thread is busy claiming.
         store.beforeClaim.withLock {
@@ -754,6 +756,7 @@ extension DownloadQueueTests {
                 }
             })
         }
+        #expect(try await harness.queue.resume(ids: ids) == ids.count)
         for id in ids[25...] { _ = try await harness.wait(for: id, .complete) }
         let claimed = store.claims.withLock { $0 }
         #expect(claimed == [ids[0], ids[1]] + Array(ids[25...]), "one refused claim, then the first download still waiting: \(claimed)")
