@@ -118,12 +118,23 @@ struct ResumeTests {
         let error = try #require(await env.delegate.completion(of: task) as? URLError)
         #expect(error.code == .timedOut)
         #expect(ContinuousClock.now - started < .seconds(10))
-        let data = try #require(error.userInfo[TransferSessionDownloadTaskResumeData] as? Data)
-        let resumed = env.session.downloadTask(withResumeData: data)
-        resumed.resume()
-        #expect(await env.delegate.completion(of: resumed) == nil)
+        var data = try #require(error.userInfo[TransferSessionDownloadTaskResumeData] as? Data)
+        // The resume has the same 2 s: on a loaded run it can time out too (its head not there
+        // in time; seen once in a fresh-clone CI run). Such a timeout gives resume data again,
+        // and the next resume continues from it; anything else is a failure.
+        var outcome: (any Error)?
+        for _ in 0..<3 {
+            let resumed = env.session.downloadTask(withResumeData: data)
+            resumed.resume()
+            outcome = await env.delegate.completion(of: resumed)
+            guard let timedOut = outcome as? URLError, timedOut.code == .timedOut,
+                let next = timedOut.userInfo[TransferSessionDownloadTaskResumeData] as? Data
+            else { break }
+            data = next
+        }
+        #expect(outcome == nil)
         #expect(env.delegate.finishedDigests == [TestContent.sha256Hex(size: size, seed: 8)])
-        #expect(env.delegate.resumeOffsets == [300_000])
+        #expect(env.delegate.resumeOffsets.first == 300_000, "continued from the bytes on disk: \(env.delegate.resumeOffsets)")
         try await env.finish()
     }
 

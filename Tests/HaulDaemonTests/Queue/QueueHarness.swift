@@ -132,6 +132,8 @@ final class FlakyBatchStore: QueueStore {
     /// What still fails its batch.
     private let failClaimBatches: Mutex<Set<Int64>>
     private let failUpdateBatches: Mutex<Set<Int64>>
+    /// Downloads whose claim's batch has not failed yet.
+    var claimBatchesLeftToFail: Set<Int64> { self.failClaimBatches.withLock { $0 } }
     /// Downloads whose next claim outside a batch (a replay) fails once.
     let failingClaims: Mutex<Set<Int64>>
     /// Downloads whose next change under a lease outside a batch (a replay) fails once.
