@@ -53,6 +53,40 @@ struct RunGateTests {
         #expect(gate.counts.waiting == count)
     }
 
+    @Test("Without a task: a slot that fits is taken at once, one that does not waits in line with a callback, ranked with the tasks; a waiter taken out of the line is never admitted")
+    func takesAndWaitsWithoutTasks() async throws {
+        let gate = RunGate(limits: .init(maximumConcurrent: 2, maximumPerHost: 2))
+        #expect(gate.take(Self.entry(1, host: "a")))
+        #expect(gate.take(Self.entry(2, host: "a")))
+        #expect(!gate.take(Self.entry(3, host: "a")), "both slots are taken")
+        #expect(gate.counts == (admitted: 2, waiting: 0), "a refused take does not wait")
+        let admitted = Mutex<[Int64]>([])
+        // A host run's lane waits (ranked low), a run's task waits (ranked high), another lane
+        // waits and is taken out again.
+        gate.enqueue(Self.entry(4, host: "a"), number: gate.issueNumber()) { admitted.withLock { $0.append(4) } }
+        let order = Order()
+        let task = Self.enter(gate, Self.entry(5, host: "a", priority: 5), order: order)
+        try await Self.waitUntil(gate, waiting: 2)
+        let withdrawn = gate.issueNumber()
+        gate.enqueue(Self.entry(6, host: "a"), number: withdrawn) { admitted.withLock { $0.append(6) } }
+        #expect(gate.counts.waiting == 3)
+        #expect(gate.cancelWaiting(withdrawn))
+        #expect(!gate.cancelWaiting(withdrawn), "out of the line already")
+        // The first slot back goes to the better-ranked task, the second to the callback.
+        gate.leave(host: "a")
+        try await Self.waitUntil(order, admitted: [5])
+        #expect(admitted.withLock { $0 }.isEmpty)
+        gate.leave(host: "a")
+        #expect(admitted.withLock { $0 } == [4], "called as the slot is taken, on the thread that gave it back")
+        #expect(gate.counts == (admitted: 2, waiting: 0))
+        // A callback that fits at once is called at once.
+        gate.leave(host: "a")
+        gate.enqueue(Self.entry(7, host: "b"), number: gate.issueNumber()) { admitted.withLock { $0.append(7) } }
+        #expect(admitted.withLock { $0 } == [4, 7])
+        #expect(gate.counts == (admitted: 2, waiting: 0))
+        _ = await task.value
+    }
+
     @Test("Free slots are taken at once, within both limits; a leave admits the best-ranked waiter that fits")
     func admitsByRankWithinLimits() async throws {
         let gate = RunGate(limits: .init(maximumConcurrent: 2, maximumPerHost: 1))

@@ -45,7 +45,23 @@ final class RunGate: Sendable {
         var number: UInt64
         var entry: TransferScheduler.Entry
         var lane: Lane?
-        var continuation: CheckedContinuation<Void, any Error>
+        var resumption: Resumption
+
+        /// Tells the waiter it holds its slot now (outside the gate's lock).
+        func admit() {
+            switch self.resumption {
+            case .task(let continuation): continuation.resume()
+            case .callback(let admitted): admitted()
+            }
+        }
+    }
+
+    /// How a waiter hears that it has its slot: a run's task waiting in ``enter(_:lane:number:)``,
+    /// or a callback (``enqueue(_:lane:number:admitted:)``: a host run's next member, with no
+    /// task of its own).
+    private enum Resumption {
+        case task(CheckedContinuation<Void, any Error>)
+        case callback(@Sendable () -> Void)
     }
 
     /// Where a ticket is: in the line, holding a slot, taken out before it entered, or done
@@ -152,7 +168,7 @@ final class RunGate: Sendable {
             state.limits = limits
             return state.admitWaiters()
         }
-        for waiter in admitted { waiter.continuation.resume() }
+        for waiter in admitted { waiter.admit() }
     }
 
     /// A number for a new ticket.
@@ -197,7 +213,7 @@ final class RunGate: Sendable {
                         state.places[number] = .holding
                         return .success(true)
                     }
-                    state.waiters.append(Waiter(number: number, entry: entry, lane: lane, continuation: continuation))
+                    state.waiters.append(Waiter(number: number, entry: entry, lane: lane, resumption: .task(continuation)))
                     state.places[number] = .waiting
                     return .success(false)
                 }
@@ -213,7 +229,44 @@ final class RunGate: Sendable {
                 state.places[number] = nil
                 return state.waiters.remove(at: index)
             }
-            waiter?.continuation.resume(throwing: CancellationError())
+            if case .task(let continuation) = waiter?.resumption { continuation.resume(throwing: CancellationError()) }
+        }
+    }
+
+    /// Takes a slot for `entry` if one fits now, without waiting: whether it did. The slot is
+    /// given back with ``leave(host:lane:number:)`` (no number). For a ``HostRun``, which holds
+    /// slots for its members itself.
+    func take(_ entry: TransferScheduler.Entry, lane: Lane? = nil) -> Bool {
+        self.state.withLock { state in
+            // (A waiter that fits has been admitted already: every leave admits those.)
+            guard state.fits(entry.host, lane) else { return false }
+            state.take(entry.host, lane)
+            return true
+        }
+    }
+
+    /// Waits in line for a slot for `entry`, as `number` (``issueNumber()``), without a task:
+    /// `admitted` is called once the slot is taken for it, on the thread that freed it (outside
+    /// the gate's lock). Taken out with ``cancelWaiting(_:)``.
+    func enqueue(_ entry: TransferScheduler.Entry, lane: Lane? = nil, number: UInt64, admitted: @escaping @Sendable () -> Void) {
+        let now = self.state.withLock { state -> Bool in
+            if state.fits(entry.host, lane) {
+                state.take(entry.host, lane)
+                return true
+            }
+            state.waiters.append(Waiter(number: number, entry: entry, lane: lane, resumption: .callback(admitted)))
+            return false
+        }
+        if now { admitted() }
+    }
+
+    /// Takes waiter `number` (``enqueue(_:lane:number:admitted:)``) out of the line: whether it
+    /// was still in it (`false`: it was admitted, or never waited).
+    func cancelWaiting(_ number: UInt64) -> Bool {
+        self.state.withLock { state in
+            guard let index = state.waiters.firstIndex(where: { $0.number == number }) else { return false }
+            state.waiters.remove(at: index)
+            return true
         }
     }
 
@@ -243,7 +296,7 @@ final class RunGate: Sendable {
                 return (true, nil)
             }
         }
-        outcome.waiter?.continuation.resume(throwing: CancellationError())
+        if case .task(let continuation) = outcome.waiter?.resumption { continuation.resume(throwing: CancellationError()) }
         return outcome.withdrawn
     }
 
@@ -260,7 +313,7 @@ final class RunGate: Sendable {
             state.give(host, lane)
             return state.admitWaiters()
         }
-        for waiter in admitted { waiter.continuation.resume() }
+        for waiter in admitted { waiter.admit() }
     }
 
     /// Slots taken now, and transfers waiting for one (for tests and diagnostics).

@@ -385,6 +385,24 @@ public final class TransferCore: Sendable {
         }
     }
 
+    /// Transfers that took their slots at the gate without a ticket (a ``HostRun``'s members):
+    /// counted as holding them from the scheduler's next decision on, as an admitted ticket's.
+    func noteAdmitted(_ ids: [TransferID]) {
+        self.admissions.withLock { $0.append(contentsOf: ids) }
+    }
+
+    /// Whether the scheduler starts transfers ahead of a free slot, each then taking its slot
+    /// at the gate (``admission(for:lane:admitted:)``).
+    var startsAhead: Bool {
+        self.state.withLock { $0.scheduler.limits.lookAhead > 0 }
+    }
+
+    /// Whether a download from `host`, `knownBytes` long when known, has a large body
+    /// (``LoopSpread/isLarge(host:knownBytes:)``).
+    func isLarge(host: String, knownBytes: Int64?) -> Bool {
+        self.spread.withLock { $0.isLarge(host: host, knownBytes: knownBytes) }
+    }
+
     /// Counts for diagnostics and tests.
     var counts: (running: Int, waiting: Int) {
         self.state.withLock { ($0.scheduler.runningCount, $0.scheduler.waitingCount) }

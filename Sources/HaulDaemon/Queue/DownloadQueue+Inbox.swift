@@ -349,7 +349,13 @@ extension DownloadQueue {
     private func launch(_ runs: [(id: Int64, run: QueueRun)]) {
         guard !runs.isEmpty else { return }
         var byLoop: [(engine: TransferEngine, items: [LaunchItem])] = []
+        // A host run's members go to it together (it starts them on their lanes' loops).
+        var members: [(host: HostRun, members: [HostRun.Member])] = []
         for (id, run) in runs {
+            if case .member(let member, let host) = run {
+                if let index = members.firstIndex(where: { $0.host === host }) { members[index].members.append(member) } else { members.append((host, [member])) }
+                continue
+            }
             let engine = run.engine
             if let index = byLoop.firstIndex(where: { $0.engine === engine }) {
                 byLoop[index].items.append(LaunchItem(id: id, run: run))
@@ -357,6 +363,7 @@ extension DownloadQueue {
                 byLoop.append((engine, [LaunchItem(id: id, run: run)]))
             }
         }
+        for (host, batch) in members { host.handOver(batch) }
         for (engine, items) in byLoop {
             engine.eventLoop.execute {
                 for item in items { item.run.start { outcome in self.post([.ended(item.id, outcome)]) } }

@@ -46,6 +46,10 @@ public final class DownloadQueue: TransferOwner, Sendable {
         /// row read back and decoded cost ~20 K instructions, 4.5 % of a queued file's, with
         /// 256 kept). Measured with 10,000 waiting: 256 → 2,048 kept, 54-55 → 57 MiB resident.
         public var waitingRowsKept = 2048
+        /// Whether plain downloads of small files run in their host's ``HostRun`` (no task at
+        /// the core's gate and no hop to the queue's thread to start each) rather than each in
+        /// a run of its own (`hauld --no-host-runs`, to compare).
+        public var usesHostRuns = true
 
         public init(defaultDirectory: String) {
             self.defaultDirectory = defaultDirectory
@@ -110,6 +114,8 @@ public final class DownloadQueue: TransferOwner, Sendable {
         /// them: that run reads none back (a row and its URL parsed again: ~8 K instructions a
         /// file).
         var addedListFiles: [Int64: [StoredListFile]] = [:]
+        /// The host run of each host whose plain downloads ran here (``HostRun``), kept once made.
+        var hostRuns: [String: HostRun] = [:]
         /// Every download, for lists and counts (the store is the durable copy).
         var index = DownloadIndex()
         /// The fleet's live daemons (a shared store), from the last heartbeat.
@@ -428,6 +434,14 @@ public final class DownloadQueue: TransferOwner, Sendable {
     }
 
     public var settings: QueueSettings { self.state.withLock { $0.settings } }
+
+    /// Runs started ahead of a free slot and waiting for one (at the core's gate, or in their
+    /// host run's line), for tests and diagnostics.
+    var standbyCount: Int { self.state.withLock { $0.running.values.count { !$0.isAdmitted } } }
+
+    /// Downloads the host runs started since the queue did (``HostRun``), for tests and
+    /// diagnostics.
+    var hostRunStarts: Int { self.state.withLock { Array($0.hostRuns.values) }.reduce(0) { $0 + $1.counts.started } }
 
     func info(for download: StoredDownload) -> QueuedDownloadInfo {
         guard let running = self.state.withLock({ $0.running[download.id!] }) else { return download.info }
