@@ -396,10 +396,19 @@ extension DownloadQueue {
         )
         return self.state.withLock { state in
             if let run = state.hostRuns[entry.host] { return run }
+            // A daemon fed URLs of many hosts (aria2's RPC) keeps the runs of those it uses, not
+            // of every host it ever saw: past the bound, the idle ones go (a member made for one
+            // and not handed over yet still holds it: it runs there, beside the host's next run).
+            if state.hostRuns.count >= Self.hostRunsKept {
+                state.hostRuns = state.hostRuns.filter { $0.value.counts.waiting + $0.value.counts.inFlight > 0 }
+            }
             state.hostRuns[entry.host] = made
             return made
         }
     }
+
+    /// Host runs kept at most before the idle ones are dropped (``hostRun(for:entry:point:)``).
+    static let hostRunsKept = 256
 
     /// The member of `hostRun` that runs `download`, just claimed: its run on the engine of the
     /// lane it goes to, with no admission of its own (the host run takes its slot).
