@@ -349,7 +349,7 @@ extension DownloadQueue {
     private func launch(_ runs: [(id: Int64, run: QueueRun)]) {
         guard !runs.isEmpty else { return }
         var byLoop: [(engine: TransferEngine, items: [LaunchItem])] = []
-        // A host run's members go to it together (it starts them on their lanes' loops).
+        // A host run's members go to it together (it starts them on its loop).
         var members: [(host: HostRun, members: [HostRun.Member])] = []
         for (id, run) in runs {
             if case .member(let member, let host) = run {

@@ -350,7 +350,23 @@ extension DownloadQueue {
         // With the core's look-ahead, its run takes its slot at the core's gate (at once, or
         // when one frees): listed as waiting until it has it.
         let admission = self.core.admission(for: entry.id, lane: lane) { self.post([.admitted(id)]) }
-        let run = TransferRun(
+        let run = self.transferRun(of: download, on: engine, transfer: transfer, partial: partial, point: point, connections: connections, mirrors: mirrors, admission: admission)
+        return (.file(run), lane, admission)
+    }
+
+    /// The run of `download`'s file on `engine`: for a run of its own, or a host run's member
+    /// (no mirrors, no point, no admission).
+    private func transferRun(
+        of download: StoredDownload,
+        on engine: TransferEngine,
+        transfer: TrackedTransfer,
+        partial: String,
+        point: ResumePoint?,
+        connections: Int,
+        mirrors: [URL],
+        admission: (any RunAdmission)?
+    ) -> TransferRun {
+        TransferRun(
             engine: engine,
             request: TransferRequest(url: download.url, method: "GET", headers: Self.headers(download.requestHeaders)),
             destination: .file(path: partial, resume: point),
@@ -366,7 +382,6 @@ extension DownloadQueue {
             admission: admission,
             observer: transfer
         )
-        return (.file(run), lane, admission)
     }
 
     /// The host run that carries `download`, just claimed, when it is plain: hauld's own store,
@@ -385,7 +400,7 @@ extension DownloadQueue {
         // CPU (312 against 278 µs a file): the queue's thread and nginx need the second core.
         let made = HostRun(
             host: entry.host,
-            engines: [self.core.engine],
+            engine: self.core.engine,
             gate: self.core.gate,
             ended: { [weak self] id, outcome in self?.post([.ended(id, outcome)]) },
             admitted: { [weak self] ids in
@@ -400,7 +415,7 @@ extension DownloadQueue {
             // of every host it ever saw: past the bound, the idle ones go (a member made for one
             // and not handed over yet still holds it: it runs there, beside the host's next run).
             if state.hostRuns.count >= Self.hostRunsKept {
-                state.hostRuns = state.hostRuns.filter { $0.value.counts.waiting + $0.value.counts.inFlight > 0 }
+                state.hostRuns = state.hostRuns.filter { !$0.value.isIdle }
             }
             state.hostRuns[entry.host] = made
             return made
@@ -410,22 +425,11 @@ extension DownloadQueue {
     /// Host runs kept at most before the idle ones are dropped (``hostRun(for:entry:point:)``).
     static let hostRunsKept = 256
 
-    /// The member of `hostRun` that runs `download`, just claimed: its run on the engine of the
-    /// lane it goes to, with no admission of its own (the host run takes its slot).
+    /// The member of `hostRun` that runs `download`, just claimed: its run on the host run's
+    /// loop, with no admission of its own (the host run takes its slot).
     private func member(of hostRun: HostRun, download: StoredDownload, entry: TransferScheduler.Entry, transfer: TrackedTransfer, partial: String, connections: Int) -> HostRun.Member {
-        let lane = hostRun.nextLane()
-        let run = TransferRun(
-            engine: hostRun.engines[lane],
-            request: TransferRequest(url: download.url, method: "GET", headers: Self.headers(download.requestHeaders)),
-            destination: .file(path: partial, resume: nil),
-            resourceTimeout: nil,
-            bandwidthLimiters: [self.core.globalLimiter, transfer.speedLimiter],
-            maximumConnections: connections,
-            mirrorPolicy: .sameValidators,
-            opensUnnamedFile: true,
-            observer: transfer
-        )
-        return HostRun.Member(id: download.id!, run: run, entry: entry, lane: lane)
+        let run = self.transferRun(of: download, on: hostRun.engine, transfer: transfer, partial: partial, point: nil, connections: connections, mirrors: [], admission: nil)
+        return HostRun.Member(id: download.id!, run: run, entry: entry)
     }
 
     /// A fleet's claim was refused (the download and its alternatives were taken or finished by

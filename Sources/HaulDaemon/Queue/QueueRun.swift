@@ -51,7 +51,7 @@ enum QueueRun: Sendable {
         case .file(let run): run.stopUnlessAdmitted(reason)
         case .list(let run): run.stopUnlessAdmitted(reason)
         case .member(let member, let host):
-            // Only while it waits in its lane (stopped before it could start).
+            // Only while it waits in its host run's line (stopped before it could start).
             host.withdraw(member.id) { member.run.stop(reason) }
         }
     }
