@@ -446,6 +446,69 @@ struct TransferSchedulerTests {
         #expect(scheduler.capHost(Self.hostA, excluding: nil, now: 6).isEmpty && scheduler.cap(host: Self.hostA) == 4)
         #expect(scheduler.raiseHostCap(Self.hostA, by: 50, now: 6).isEmpty && scheduler.cap(host: Self.hostA) == 4)
     }
+    @Test("A host no transfer needs any more is forgotten; a new host given its number starts with no counts, and a host in use keeps its own")
+    func hostsForgottenAndReused() {
+        var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 4, maximumPerHost: 2, lookAhead: 2))
+        var starts: [TransferID] = []
+        for n in 1...3 { starts += self.started(scheduler.add(self.download(Int64(n)), now: 0)) }
+        #expect(starts.map(\.number) == [1, 2, 3], "two in slots, one ahead (standby)")
+        #expect(scheduler.hostsInUse == 1)
+        // Many hosts come and go (a daemon fed URLs of every host it finds): each is forgotten
+        // once its last transfer ended, and host A's counts are untouched by the reuse.
+        for n in 10..<60 {
+            let host = "http://h\(n):80"
+            #expect(self.started(scheduler.add(self.download(Int64(n), host: host), now: 1)).map(\.number) == [Int64(n)])
+            #expect(scheduler.runningCount(host: host) == 1)
+            #expect(self.started(scheduler.ended(TransferID(.queue, Int64(n)), now: 1)).isEmpty)
+            #expect(scheduler.runningCount(host: host) == 0)
+            #expect(scheduler.hostsInUse == 1)
+        }
+        #expect(scheduler.runningCount(host: Self.hostA) == 3)
+        #expect(scheduler.isStandby(TransferID(.queue, 3)))
+        // Host A still counts its two slots and its standby one: nothing more runs on it.
+        #expect(self.started(scheduler.add(self.download(4), now: 2)).map(\.number) == [4], "a second standby (look-ahead 2)")
+        #expect(self.started(scheduler.add(self.download(5), now: 2)).isEmpty)
+        #expect(scheduler.readyCount(host: Self.hostA) == 1)
+        // A capped host with nothing running is kept (the cap is remembered), then forgotten
+        // once the cap lifts.
+        _ = scheduler.capHost(Self.hostB, excluding: nil, now: 3)
+        #expect(scheduler.cap(host: Self.hostB) == 0 && scheduler.hostsInUse == 2)
+        #expect(self.started(scheduler.add(self.download(30, host: Self.hostB), now: 3)).isEmpty, "capped at 0")
+        #expect(self.started(scheduler.uncapHost(Self.hostB, now: 3)).map(\.number) == [30])
+        #expect(self.started(scheduler.ended(TransferID(.queue, 30), now: 4)).isEmpty)
+        #expect(scheduler.hostsInUse == 1 && scheduler.cap(host: Self.hostB) == nil)
+        _ = scheduler.add(self.download(50, host: "http://d:80", notBefore: 100), now: 7)
+        #expect(scheduler.hostsInUse == 1, "a transfer waiting for its retry time holds no host")
+        #expect(scheduler.withdraw(TransferID(.queue, 5), now: 8).isEmpty)
+        #expect(scheduler.readyCount(host: Self.hostA) == 0 && scheduler.hostsInUse == 1, "host A still runs")
+        // A ready transfer withdrawn, or taken out as an alternative, was its host's last use.
+        var full = TransferScheduler(limits: .init(maximumConcurrent: 1, maximumPerHost: 1))
+        _ = full.add(self.download(1), now: 0)
+        _ = full.add(self.download(2, host: Self.hostB), now: 0)
+        _ = full.add(self.download(3, host: "http://c:80"), now: 0)
+        #expect(full.hostsInUse == 3)
+        _ = full.withdraw(TransferID(.queue, 2), now: 1)
+        #expect(full.takeReady(host: "http://c:80", owner: .queue, limit: 4).map(\.id.number) == [3])
+        #expect(full.hostsInUse == 1)
+        #expect(self.started(full.add(self.download(4, host: "http://c:80"), now: 2)).isEmpty)
+        #expect(self.started(full.ended(TransferID(.queue, 1), now: 3)).map(\.number) == [4], "the new host C counts from zero")
+        #expect(full.hostsInUse == 1 && full.runningCount(host: Self.hostA) == 0)
+        // A host whose last running transfer ended while others of it wait is kept: its queue
+        // is still its own when a new host comes.
+        var busy = TransferScheduler(limits: .init(maximumConcurrent: 2, maximumPerHost: 2))
+        _ = busy.add(self.download(1, host: Self.hostB), now: 0)
+        _ = busy.add(self.download(2), now: 0)
+        _ = busy.add(self.download(3, host: Self.hostB), now: 0)
+        _ = busy.add(self.download(4, priority: 5), now: 0)
+        #expect(self.started(busy.ended(TransferID(.queue, 1), now: 1)).map(\.number) == [4], "the higher priority takes B's slot")
+        #expect(busy.runningCount(host: Self.hostB) == 0 && busy.readyCount(host: Self.hostB) == 1)
+        _ = busy.add(self.download(5, host: "http://c:80", priority: 1), now: 1)
+        #expect(busy.readyCount(host: Self.hostB) == 1 && busy.readyCount(host: "http://c:80") == 1)
+        #expect(self.started(busy.ended(TransferID(.queue, 2), now: 2)).map(\.number) == [5])
+        #expect(self.started(busy.ended(TransferID(.queue, 4), now: 3)).map(\.number) == [3])
+        #expect(busy.runningCount(host: Self.hostB) == 1 && busy.runningCount(host: "http://c:80") == 1)
+    }
+
     @Test("Alternatives: the next ready transfers of a host are taken out (best first, none started meanwhile); one started in another's slot takes it over; the rest come back in their places")
     func alternativesTakeOverASlot() {
         var scheduler = TransferScheduler(limits: .init(maximumConcurrent: 2, maximumPerHost: 2))

@@ -33,4 +33,28 @@ struct URLOriginTests {
         request.url = URL(string: "https://b.example:444/y")!
         #expect(request.origin.host == "b.example" && request.origin.port == 444 && request.origin.hasScheme("https"))
     }
+
+    @Test("A host's key remembered by its URL's authority is the key parsed from the URL, for every form of authority, again and again")
+    func rememberedKeys() {
+        let urls = [
+            "http://example.com/a", "http://example.com", "http://example.com?x=1", "http://example.com#top",
+            "https://example.com/", "https://example.com:443/a", "http://example.com:8080/a/b?c",
+            "HTTP://Example.COM/a", "http://user:secret@example.com:81/f", "http://[::1]:8080/x", "http://[::1]/x",
+            "ftp://files.example/x", "http://127.0.0.1:18555/f1", "http://127.0.0.1:18556/f1", "http://127.0.0.1/f1",
+            "file:///tmp/x", "mailto:someone@example.com", "urn:isbn:123",
+        ]
+        for round in 0..<3 {
+            for string in urls {
+                let url = URL(string: string)!
+                #expect(URLOrigin.hostKey(of: url) == URLOrigin(url).hostKey, "\(string), round \(round)")
+            }
+        }
+        // Past the limit of remembered keys, each is still right.
+        for port in 1000..<1200 {
+            let url = URL(string: "http://h:\(port)/f")!
+            #expect(URLOrigin.hostKey(of: url) == "http://h:\(port)")
+        }
+        #expect(URLOrigin.authority(of: "urn:isbn:1") == nil && URLOrigin.authority(of: "/relative") == nil && URLOrigin.authority(of: "http:") == nil)
+        #expect(URLOrigin.authority(of: "http://u@h:1?q") == "http://u@h:1" && URLOrigin.authority(of: "http://h") == "http://h")
+    }
 }

@@ -141,13 +141,20 @@ public struct TransferScheduler: Sendable {
         case wakeUp(at: Double)
     }
 
+    /// A queue of ready transfers: one host (its number, ``SchedulerHosts``) and one owner.
     private struct QueueKey: Hashable {
-        var host: String
+        var host: Int
         var owner: TransferOwnerKind
+
+        func hash(into hasher: inout Hasher) {
+            hasher.combine(self.host << 1 | (self.owner == .queue ? 1 : 0))
+        }
     }
 
     private struct Running {
         var entry: Entry
+        /// The entry's host, by number (``SchedulerHosts``).
+        var host: Int
         var isYielding = false
         /// Started without a slot, to wait for one (``Limits/lookAhead``); not admitted yet.
         var isStandby = false
@@ -165,7 +172,8 @@ public struct TransferScheduler: Sendable {
     private var delayed: [Entry] = []
     private var location: [TransferID: Location] = [:]
     private var running: [TransferID: Running] = [:]
-    private var runningPerHost: [String: Int] = [:]
+    /// The hosts in use, and per host the transfers running, standby, and the cap.
+    private var hosts = SchedulerHosts()
     private var runningPerOwner = PerOwner(0)
     /// How many of `running` are discretionary: with none, nothing can yield to a blocked
     /// transfer, and a decision skips looking (it is made at every start and end).
@@ -173,12 +181,8 @@ public struct TransferScheduler: Sendable {
     /// How many of `running` are standby (in all and per host): with none, nothing started
     /// ahead can yield. The others hold the slots.
     private var standbyCount = 0
-    private var standbyPerHost: [String: Int] = [:]
     private var requestedWakeUp: Double?
     private var isShutDown = false
-    /// Hosts capped by their owner (``capHost(_:excluding:now:)``): no transfer starts on one
-    /// while it holds at least its cap of slots.
-    private var hostCaps: [String: Int] = [:]
 
     public init(limits: Limits) {
         self.limits = limits
@@ -192,7 +196,7 @@ public struct TransferScheduler: Sendable {
     public var waitingCount: Int { self.location.count }
     public func isRunning(_ id: TransferID) -> Bool { self.running[id] != nil }
     public func isWaiting(_ id: TransferID) -> Bool { self.location[id] != nil }
-    public func runningCount(host: String) -> Int { self.runningPerHost[host] ?? 0 }
+    public func runningCount(host: String) -> Int { self.hosts.number(of: host).map { self.hosts.running[$0] } ?? 0 }
     public var runningIDs: [TransferID] { Array(self.running.keys) }
     /// Whether `id` was started ahead and is not admitted yet.
     public func isStandby(_ id: TransferID) -> Bool { self.running[id]?.isStandby ?? false }
@@ -202,10 +206,14 @@ public struct TransferScheduler: Sendable {
     public func runningEntry(_ id: TransferID) -> Entry? { self.running[id]?.entry }
     /// Transfers ready to start on `host`, every owner's.
     public func readyCount(host: String) -> Int {
-        self.ready.reduce(0) { $0 + ($1.key.host == host ? $1.value.count : 0) }
+        guard let number = self.hosts.number(of: host) else { return 0 }
+        return self.ready.reduce(0) { $0 + ($1.key.host == number ? $1.value.count : 0) }
     }
     /// The cap on `host` (``capHost(_:excluding:now:)``), if it has one.
-    public func cap(host: String) -> Int? { self.hostCaps[host] }
+    public func cap(host: String) -> Int? { self.hosts.number(of: host).flatMap { self.hosts.caps[$0] } }
+    /// Hosts the scheduler keeps counts for now: those with a transfer ready or running, or a
+    /// cap (for tests).
+    public var hostsInUse: Int { self.hosts.inUse }
 
     // MARK: - Events
 
@@ -260,7 +268,7 @@ public struct TransferScheduler: Sendable {
                 self.location[entry.id] = .delayed(entry)
                 delayedAdded = true
             } else {
-                added[QueueKey(host: entry.host, owner: entry.id.owner), default: []].append(entry)
+                added[QueueKey(host: self.hosts.intern(entry.host), owner: entry.id.owner), default: []].append(entry)
             }
         }
         for (key, entries) in added {
@@ -298,12 +306,13 @@ public struct TransferScheduler: Sendable {
     /// could not start it after all: its slot is free.
     public mutating func ended(_ id: TransferID, now: Double) -> [Action] {
         guard let finished = self.running.removeValue(forKey: id) else { return [] }
-        self.runningPerHost[finished.entry.host, default: 1] -= 1
-        if self.runningPerHost[finished.entry.host] == 0 { self.runningPerHost[finished.entry.host] = nil }
+        self.hosts.running[finished.host] -= 1
         self.runningPerOwner[id.owner] -= 1
         if finished.entry.isDiscretionary { self.runningDiscretionary -= 1 }
-        if finished.isStandby { self.leaveStandby(finished.entry.host) }
-        return self.decide(now: now)
+        if finished.isStandby { self.leaveStandby(finished.host) }
+        let actions = self.decide(now: now)
+        self.releaseIfUnused(finished.host)
+        return actions
     }
 
     /// The standby transfer `id` has a slot now (its owner's run took one as a transfer ended):
@@ -317,7 +326,7 @@ public struct TransferScheduler: Sendable {
     public mutating func admitted(_ id: TransferID) {
         guard let running = self.running[id], running.isStandby else { return }
         self.running[id]!.isStandby = false
-        self.leaveStandby(running.entry.host)
+        self.leaveStandby(running.host)
     }
 
     /// The standby transfer `id` asked to yield (``Action/yieldIfWaiting(_:)``) had a slot by
@@ -330,15 +339,22 @@ public struct TransferScheduler: Sendable {
         return self.decide(now: now)
     }
 
-    private mutating func leaveStandby(_ host: String) {
+    private mutating func leaveStandby(_ host: Int) {
         self.standbyCount -= 1
-        self.standbyPerHost[host, default: 1] -= 1
-        if self.standbyPerHost[host] == 0 { self.standbyPerHost[host] = nil }
+        self.hosts.standby[host] -= 1
     }
 
-    /// Transfers holding a slot, in all and on `host`.
+    /// Frees the number of `host` when nothing counts on it any more (``SchedulerHosts``).
+    private mutating func releaseIfUnused(_ host: Int) {
+        guard self.hosts.running[host] == 0 else { return }
+        let ready = self.ready
+        self.hosts.releaseIfUnused(host) { ready[QueueKey(host: $0, owner: .queue)] != nil || ready[QueueKey(host: $0, owner: .session)] != nil }
+    }
+
+    /// Transfers holding a slot, in all and on `host` (by number).
     private var slotsHeld: Int { self.running.count - self.standbyCount }
-    private func slotsHeld(on host: String) -> Int { (self.runningPerHost[host] ?? 0) - (self.standbyPerHost[host] ?? 0) }
+    private func slotsHeld(on host: Int) -> Int { self.hosts.running[host] - self.hosts.standby[host] }
+    private func slotsHeld(on host: String) -> Int { self.hosts.number(of: host).map { self.slotsHeld(on: $0) } ?? 0 }
 
     /// Takes up to `limit` of `owner`'s ready transfers on `host` out of the ready queue, best
     /// first, for its owner to offer as alternatives to the one it is starting: a fleet's daemon
@@ -347,13 +363,15 @@ public struct TransferScheduler: Sendable {
     /// out, no decision starts them; the owner adds back those it did not start (``add(_:now:)``).
     /// No decision follows (nothing changed that frees or fills a slot).
     public mutating func takeReady(host: String, owner: TransferOwnerKind, limit: Int) -> [Entry] {
-        let key = QueueKey(host: host, owner: owner)
+        guard let number = self.hosts.number(of: host) else { return [] }
+        let key = QueueKey(host: number, owner: owner)
         // Out of the dictionary while changed: the only reference, so no copy of the queue.
         guard limit > 0, var entries = self.ready.removeValue(forKey: key) else { return [] }
         let taken = Array(entries.suffix(limit).reversed())
         entries.removeLast(taken.count)
         if !entries.isEmpty { self.ready[key] = entries }
         for entry in taken { self.location[entry.id] = nil }
+        self.releaseIfUnused(number)
         return taken
     }
 
@@ -369,7 +387,7 @@ public struct TransferScheduler: Sendable {
         else { return false }
         self.removeWaiting(entry.id)
         self.running[old] = nil
-        self.running[entry.id] = Running(entry: entry, isYielding: running.isYielding, isStandby: running.isStandby)
+        self.running[entry.id] = Running(entry: entry, host: running.host, isYielding: running.isYielding, isStandby: running.isStandby)
         if running.entry.isDiscretionary != entry.isDiscretionary { self.runningDiscretionary += entry.isDiscretionary ? 1 : -1 }
         return true
     }
@@ -388,30 +406,34 @@ public struct TransferScheduler: Sendable {
     /// ``raiseHostCap(_:now:)`` lets one more, ``uncapHost(_:now:)`` lifts the cap. No actions:
     /// nothing new can start.
     public mutating func capHost(_ host: String, excluding id: TransferID?, now: Double) -> [Action] {
-        var held = self.slotsHeld(on: host)
-        if let id, let running = self.running[id], running.entry.host == host, !running.isStandby { held -= 1 }
-        self.hostCaps[host] = max(0, held)
+        let number = self.hosts.intern(host)
+        var held = self.slotsHeld(on: number)
+        if let id, let running = self.running[id], running.host == number, !running.isStandby { held -= 1 }
+        self.hosts.caps[number] = max(0, held)
         return []
     }
 
     /// `host` may have room again (another daemon gave some back, or the owner's wait ran out):
     /// its transfers start up to the limits.
     public mutating func uncapHost(_ host: String, now: Double) -> [Action] {
-        guard self.hostCaps.removeValue(forKey: host) != nil else { return [] }
-        return self.decide(now: now)
+        guard let number = self.hosts.number(of: host), self.hosts.caps[number] != nil else { return [] }
+        self.hosts.caps[number] = nil
+        let actions = self.decide(now: now)
+        self.releaseIfUnused(number)
+        return actions
     }
 
     /// A capped `host` has room for `count` more transfers (other daemons gave connections
     /// back): its cap rises by as many. No change for a host without a cap.
     public mutating func raiseHostCap(_ host: String, by count: Int = 1, now: Double) -> [Action] {
-        guard let cap = self.hostCaps[host], count > 0 else { return [] }
-        self.hostCaps[host] = min(cap + count, self.limits.maximumPerHost)
+        guard let number = self.hosts.number(of: host), let cap = self.hosts.caps[number], count > 0 else { return [] }
+        self.hosts.caps[number] = min(cap + count, self.limits.maximumPerHost)
         return self.decide(now: now)
     }
 
     /// At most this many transfers hold a slot on `host` at once.
-    private func hostLimit(_ host: String) -> Int {
-        min(self.limits.maximumPerHost, self.hostCaps[host] ?? .max)
+    private func hostLimit(_ host: Int) -> Int {
+        min(self.limits.maximumPerHost, self.hosts.caps[host] ?? .max)
     }
 
     /// The clock reached `now` (the wake-up asked for, or later).
@@ -442,7 +464,7 @@ public struct TransferScheduler: Sendable {
             actions.append(.start(self.start(key, standby: false)))
         }
         while self.standbyCount < self.limits.lookAhead,
-            let key = self.bestCandidate(where: { (self.standbyPerHost[$0] ?? 0) < self.limits.lookAhead })
+            let key = self.bestCandidate(where: { self.hosts.standby[$0] < self.limits.lookAhead })
         {
             actions.append(.start(self.start(key, standby: true)))
         }
@@ -460,19 +482,19 @@ public struct TransferScheduler: Sendable {
         let entry = self.ready[key]!.removeLast()
         if self.ready[key]!.isEmpty { self.ready[key] = nil }
         self.location[entry.id] = nil
-        self.running[entry.id] = Running(entry: entry, isStandby: standby)
+        self.running[entry.id] = Running(entry: entry, host: key.host, isStandby: standby)
         if standby {
             self.standbyCount += 1
-            self.standbyPerHost[entry.host, default: 0] += 1
+            self.hosts.standby[key.host] += 1
         }
-        self.runningPerHost[entry.host, default: 0] += 1
+        self.hosts.running[key.host] += 1
         self.runningPerOwner[entry.id.owner] += 1
         if entry.isDiscretionary { self.runningDiscretionary += 1 }
         return entry.id
     }
 
     /// The queue whose head should start next, among hosts `hasRoom` accepts.
-    private func bestCandidate(where hasRoom: (String) -> Bool) -> QueueKey? {
+    private func bestCandidate(where hasRoom: (Int) -> Bool) -> QueueKey? {
         var best: (key: QueueKey, entry: Entry)?
         for (key, entries) in self.ready where hasRoom(key.host) {
             guard let head = entries.last else { continue }
@@ -526,11 +548,11 @@ public struct TransferScheduler: Sendable {
         }
         guard !blocked.isEmpty else { return [] }
         blocked.sort { Self.isWorse($1, than: $0) }  // best first
-        let (standbyPerHost, lookAhead) = (self.standbyPerHost, self.limits.lookAhead)
+        let (hosts, lookAhead) = (self.hosts, self.limits.lookAhead)
         return self.yield(
             for: blocked,
             alreadyServing: { $0.isStandby },
-            hostFull: { (standbyPerHost[$0.host] ?? 0) >= lookAhead },
+            hostFull: { hosts.number(of: $0.host).map { hosts.standby[$0] >= lookAhead } ?? false },
             victims: { candidate, head in
                 candidate.isStandby && candidate.entry.id.owner == head.id.owner && Self.isWorse(candidate.entry, than: head)
             }
@@ -554,7 +576,7 @@ public struct TransferScheduler: Sendable {
             blocked += self.running.values
                 .filter {
                     $0.isStandby && !$0.isYielding && !$0.entry.isDiscretionary
-                        && (self.slotsHeld >= self.limits.maximumConcurrent || self.slotsHeld(on: $0.entry.host) >= self.limits.maximumPerHost)
+                        && (self.slotsHeld >= self.limits.maximumConcurrent || self.slotsHeld(on: $0.host) >= self.limits.maximumPerHost)
                 }
                 .map(\.entry)
         }
@@ -635,7 +657,7 @@ public struct TransferScheduler: Sendable {
     // MARK: - Waiting entries
 
     private mutating func insertReady(_ entry: Entry) {
-        let key = QueueKey(host: entry.host, owner: entry.id.owner)
+        let key = QueueKey(host: self.hosts.intern(entry.host), owner: entry.id.owner)
         var entries = self.ready[key] ?? []
         self.ready[key] = nil  // unique while mutated: no copy of the array
         let index = entries.partitioningIndex { !Self.isWorse($0, than: entry) }
@@ -655,7 +677,7 @@ public struct TransferScheduler: Sendable {
         var anyDelayed = false
         for id in ids {
             switch self.location.removeValue(forKey: id) {
-            case .ready(let entry)?: keys.insert(QueueKey(host: entry.host, owner: entry.id.owner))
+            case .ready(let entry)?: keys.insert(QueueKey(host: self.hosts.intern(entry.host), owner: entry.id.owner))
             case .delayed?: anyDelayed = true
             case nil: break
             }
@@ -664,6 +686,7 @@ public struct TransferScheduler: Sendable {
             var queue = self.ready.removeValue(forKey: key)!
             queue.removeAll { ids.contains($0.id) }
             if !queue.isEmpty { self.ready[key] = queue }
+            self.releaseIfUnused(key.host)
         }
         if anyDelayed { self.delayed.removeAll { ids.contains($0.id) } }
     }
@@ -679,12 +702,14 @@ public struct TransferScheduler: Sendable {
             if index < self.delayed.count { self.delayed.remove(at: index) }
         case .ready(let entry):
             // Ranks are unique within a queue (the id breaks ties): binary search finds it.
-            let key = QueueKey(host: entry.host, owner: entry.id.owner)
+            guard let number = self.hosts.number(of: entry.host) else { return true }
+            let key = QueueKey(host: number, owner: entry.id.owner)
             guard var entries = self.ready[key] else { return true }
             self.ready[key] = nil
             let index = entries.partitioningIndex { !Self.isWorse($0, than: entry) }
             if index < entries.count, entries[index].id == id { entries.remove(at: index) }
             if !entries.isEmpty { self.ready[key] = entries }
+            self.releaseIfUnused(number)
         }
         return true
     }

@@ -650,7 +650,7 @@ package final class TransferRun: Sendable {
     }
 
     package static func hostKey(_ url: URL) -> String {
-        URLOrigin(url).hostKey
+        URLOrigin.hostKey(of: url)
     }
 }
 
