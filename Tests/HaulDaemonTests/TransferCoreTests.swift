@@ -82,12 +82,17 @@ struct TransferCoreTests {
         let started = { queue.starts.withLock { $0.flatMap { $0 } } }
         // Nothing of the host runs here: the cap is 0, as when other daemons hold the budget.
         core.capHost("http://127.0.0.1:1", excluding: nil)
+        let capped = ContinuousClock.now
         core.enqueue([Self.entry(.queue, 1), Self.entry(.queue, 2), Self.entry(.queue, 3)])
         try await Task.sleep(for: .milliseconds(150))
         #expect(started().isEmpty, "capped at what runs here: nothing")
-        // Another daemon gave a connection back: one start, not three.
+        // Another daemon gave a connection back: one start, not three (unless this test was
+        // held up past the second after which the cap lifts anyway, as on a loaded machine).
         core.raiseHostCap("http://127.0.0.1:1")
-        #expect(await waitUntilTrue { started() == [1] })
+        #expect(await waitUntilTrue { !started().isEmpty })
+        if ContinuousClock.now - capped < .milliseconds(800) {
+            #expect(started() == [1])
+        }
         // No news for a second: the cap goes, and the limits alone decide.
         #expect(await waitUntilTrue(timeout: .seconds(5)) { started().sorted() == [1, 2, 3] })
         _ = core.endedAndReady([1, 2, 3].map { TransferID(.queue, $0) }, [], startingFor: .queue)

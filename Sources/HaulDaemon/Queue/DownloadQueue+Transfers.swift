@@ -402,11 +402,17 @@ extension DownloadQueue {
             host: entry.host,
             engine: self.core.engine,
             gate: self.core.gate,
-            ended: { [weak self] id, outcome in self?.post([.ended(id, outcome)]) },
-            admitted: { [weak self] ids in
-                guard let self else { return }
-                self.core.noteAdmitted(ids.map { TransferID(.queue, $0) })
-                self.post(ids.map { .admitted($0) })
+            admitted: { [weak self] ids in self?.core.noteAdmitted(ids.map { TransferID(.queue, $0) }) },
+            report: { [weak self] reports in
+                var events: [WorkEvent] = []
+                events.reserveCapacity(reports.count)
+                for report in reports {
+                    switch report {
+                    case .admitted(let ids): events += ids.map { .admitted($0) }
+                    case .ended(let id, let outcome): events.append(.ended(id, outcome))
+                    }
+                }
+                self?.post(events)
             }
         )
         return self.state.withLock { state in

@@ -1,5 +1,6 @@
 import HaulCore
 import HaulEngine
+import NIOCore
 import Synchronization
 
 /// The plain downloads of one host, run the way a list's files are (docs/host-run.md): each is
@@ -12,8 +13,10 @@ import Synchronization
 /// the run waits in the gate's line once for its whole backlog, with a callback
 /// (``RunGate/enqueue(_:lane:number:admitted:)``), not a task and continuation for each member.
 /// A member that ends gives its slot back on the loop, and the next member takes one there and
-/// then. The queue hears of the members that started in one post for each pass (``admitted``),
-/// and of each end as of any run's.
+/// then. The queue hears of the members that started and of those that ended in the order they
+/// did so (``Report``), gathered on the loop for up to ``reportDelay`` (or ``reportsAtOnce``
+/// reports, or until the run's line runs short): one post and at most one wake-up of the
+/// queue's thread for several ends, not one each.
 ///
 /// Members are those ``DownloadQueue`` finds plain: one URL, no checksum, no speed limit of their
 /// own, nothing on disk yet, a small body, on hauld's own store. They run on one loop, as every
@@ -28,6 +31,15 @@ final class HostRun: Sendable {
         var entry: TransferScheduler.Entry
     }
 
+    /// What the queue hears from the run, in the order it happened: a member's end is heard
+    /// before the start that took its slot.
+    enum Report: Sendable {
+        /// These members started (took a slot).
+        case admitted([Int64])
+        /// A member's run ended.
+        case ended(Int64, TransferOutcome)
+    }
+
     private struct State {
         /// Members handed over and not started, next at `next`.
         var backlog: [Member] = []
@@ -37,6 +49,9 @@ final class HostRun: Sendable {
         var waiting: UInt64?
         /// Members started (with a slot) since the run was made.
         var started = 0
+        /// Reports gathered for the queue (on the loop), and whether a timer will send them.
+        var reports: [Report] = []
+        var reportTimer: NIOScheduledCallback?
 
         var waitingCount: Int { self.backlog.count - self.next }
 
@@ -57,24 +72,35 @@ final class HostRun: Sendable {
     /// The engine whose loop runs every member.
     let engine: TransferEngine
     private let gate: RunGate
-    /// A member's run ended (on the loop): as a run's end, to the queue's inbox.
-    private let ended: @Sendable (Int64, TransferOutcome) -> Void
-    /// These members started (on the loop), once per pass.
+    /// Members started: told at once (on the loop), for the core's count of slots taken.
     private let admitted: @Sendable ([Int64]) -> Void
+    /// What happened since the last time, in order (on the loop): to the queue's inbox.
+    private let report: @Sendable ([Report]) -> Void
     private let state = Mutex(State())
+
+    /// How long a report waits on the loop for others to share its post. Posted one by one,
+    /// nearly every end woke the queue's thread (~2.5 futex calls a file, 1,000 × 16 KiB) and
+    /// was recorded in a batch of two or three, a commit for its promise and one for its row.
+    static let reportDelay = TimeAmount.milliseconds(2)
+    /// Reports that are posted at once, however soon.
+    static let reportsAtOnce = 32
+    /// Reports are posted at once when fewer members than this wait in the run's line: the
+    /// queue refills the line as it hears of ends (the scheduler's look-ahead), so the loop is
+    /// never left without a next member for want of a post.
+    static let lineLow = 2
 
     init(
         host: String,
         engine: TransferEngine,
         gate: RunGate,
-        ended: @escaping @Sendable (Int64, TransferOutcome) -> Void,
-        admitted: @escaping @Sendable ([Int64]) -> Void
+        admitted: @escaping @Sendable ([Int64]) -> Void,
+        report: @escaping @Sendable ([Report]) -> Void
     ) {
         self.host = host
         self.engine = engine
         self.gate = gate
-        self.ended = ended
         self.admitted = admitted
+        self.report = report
     }
 
     /// Takes `members` after those waiting, and starts what the gate has slots for (on the loop).
@@ -121,7 +147,11 @@ final class HostRun: Sendable {
         for member in starts {
             member.run.start { outcome in self.memberEnded(member, outcome) }
         }
-        if !starts.isEmpty { self.admitted(starts.map(\.id)) }
+        if !starts.isEmpty {
+            let ids = starts.map(\.id)
+            self.admitted(ids)
+            self.note(.admitted(ids))
+        }
         if let wait {
             self.gate.enqueue(wait.entry, number: wait.number) {
                 self.engine.eventLoop.execute { self.pump(admittedOne: true) }
@@ -129,13 +159,43 @@ final class HostRun: Sendable {
         }
     }
 
-    /// A member's run ended (on the loop): the queue hears of it first, then its slot goes back
-    /// (to the gate's best-ranked waiter, or this run's next member).
+    /// A member's run ended (on the loop): its end is noted for the queue before its slot goes
+    /// back (to the gate's best-ranked waiter, or this run's next member), so the queue hears of
+    /// it before it hears of the start that took the slot. The core hears of that start at once
+    /// (``admitted``): until the end reaches it, its slots look fuller than they are, never
+    /// emptier.
     private func memberEnded(_ member: Member, _ outcome: TransferOutcome) {
         self.state.withLock { $0.inFlight -= 1 }
-        self.ended(member.id, outcome)
+        self.note(.ended(member.id, outcome))
         self.gate.leave(host: self.host)
         self.pump()
+    }
+
+    /// Gathers `report` for the queue (on the loop): posted with the others now when there are
+    /// ``reportsAtOnce``, when the run's line is short or empty, or when other runs wait at the
+    /// gate (a slot this run gives back may go to one of them, whose start the queue must not
+    /// hear of before the end that freed it); else within ``reportDelay``.
+    private func note(_ report: Report) {
+        self.engine.eventLoop.assertInEventLoop()
+        let now = self.state.withLock { state -> [Report]? in
+            state.reports.append(report)
+            let othersWait = self.gate.counts.waiting > (state.waiting == nil ? 0 : 1)
+            guard state.reports.count >= Self.reportsAtOnce || state.waitingCount < Self.lineLow || othersWait else {
+                if state.reportTimer == nil {
+                    state.reportTimer = try? self.engine.eventLoop.scheduleCallback(in: Self.reportDelay, handler: self)
+                }
+                return state.reportTimer == nil ? Self.takeReports(&state) : nil
+            }
+            return Self.takeReports(&state)
+        }
+        if let now { self.report(now) }
+    }
+
+    private static func takeReports(_ state: inout State) -> [Report] {
+        state.reportTimer?.cancel()
+        state.reportTimer = nil
+        defer { state.reports.removeAll(keepingCapacity: true) }
+        return state.reports
     }
 
     /// Takes member `id` out of the backlog when it has not started, calling `stop` (which stops
@@ -158,7 +218,7 @@ final class HostRun: Sendable {
             }
         }
         self.engine.eventLoop.execute {
-            member.run.start { outcome in self.ended(member.id, outcome) }
+            member.run.start { outcome in self.note(.ended(member.id, outcome)) }
         }
         return true
     }
@@ -170,5 +230,17 @@ final class HostRun: Sendable {
     /// it was made (for tests and diagnostics).
     var counts: (waiting: Int, inFlight: Int, started: Int) {
         self.state.withLock { ($0.waitingCount, $0.inFlight, $0.started) }
+    }
+}
+
+extension HostRun: NIOScheduledCallbackHandler {
+    /// The report timer fired (on the loop): what was gathered goes to the queue.
+    func handleScheduledCallback(eventLoop: some EventLoop) {
+        let reports = self.state.withLock { state -> [Report] in
+            state.reportTimer = nil
+            defer { state.reports.removeAll(keepingCapacity: true) }
+            return state.reports
+        }
+        if !reports.isEmpty { self.report(reports) }
     }
 }

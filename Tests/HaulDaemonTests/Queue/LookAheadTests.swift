@@ -53,7 +53,8 @@ struct LookAheadTests {
         _ = try await harness.queue.set("max-concurrent", to: "2")
         var ids: [Int64] = []
         for index in 0..<6 {
-            ids.append(try await Self.add("la\(index)", seed: index, size: 300_000, rate: 600_000, on: server, to: harness))
+            // 1.5 s each: time enough for the picture below to settle on a loaded machine.
+            ids.append(try await Self.add("la\(index)", seed: index, size: 300_000, rate: 200_000, on: server, to: harness))
         }
         // Two run, two more are started ahead (the look-ahead is the limit) and wait for a slot in
         // their runs, two wait in the queue. (Each step reaches the loop, then the queue's
@@ -137,12 +138,12 @@ struct LookAheadTests {
         var ids: [Int64] = []
         for (index, server) in servers.enumerated() {
             for n in 0..<(index == 2 ? 2 : 5) {
-                ids.append(try await Self.add("h\(index)-\(n)", seed: n, size: 300_000, rate: 1_000_000, on: server, to: harness))
+                ids.append(try await Self.add("h\(index)-\(n)", seed: n, size: 300_000, rate: 400_000, on: server, to: harness))
             }
         }
         // Three hosts, one at a time each, three at once in all: the third host's first download
         // runs beside the other two's first ones, whatever waits ahead for those two hosts (each
-        // takes ~0.3 s; the first to end stops the look).
+        // takes ~0.75 s; the first to end stops the look).
         let deadline = ContinuousClock.now + .seconds(5)
         var active: [QueuedDownloadInfo] = []
         var listed: [QueuedDownloadInfo] = []
