@@ -85,12 +85,16 @@ struct TransferCoreTests {
         let capped = ContinuousClock.now
         core.enqueue([Self.entry(.queue, 1), Self.entry(.queue, 2), Self.entry(.queue, 3)])
         try await Task.sleep(for: .milliseconds(150))
-        #expect(started().isEmpty, "capped at what runs here: nothing")
-        // Another daemon gave a connection back: one start, not three (unless this test was
-        // held up past the second after which the cap lifts anyway, as on a loaded machine).
+        // (Unless this test was held up past the second after which the cap lifts anyway, as on
+        // a loaded machine: then what follows is the limits' to decide.)
+        let onTime = ContinuousClock.now - capped < .milliseconds(800)
+        if onTime {
+            #expect(started().isEmpty, "capped at what runs here: nothing")
+        }
+        // Another daemon gave a connection back: one start, not three.
         core.raiseHostCap("http://127.0.0.1:1")
         #expect(await waitUntilTrue { !started().isEmpty })
-        if ContinuousClock.now - capped < .milliseconds(800) {
+        if onTime, ContinuousClock.now - capped < .milliseconds(800) {
             #expect(started() == [1])
         }
         // No news for a second: the cap goes, and the limits alone decide.
