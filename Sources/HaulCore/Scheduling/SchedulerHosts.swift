@@ -8,8 +8,8 @@
 /// hash of the whole string and a comparison: ~10 K instructions a file of the daemon's queue
 /// (callgrind, 1,000 × 16 KiB). Now one add looks its host's string up once.
 ///
-/// A number whose host is no longer in use goes back to be given again (``releaseIfUnused(_:isQueued:)``),
-/// so a daemon that saw many hosts over its life does not keep a count for each.
+/// A number whose host is no longer in use goes back to be given again (``release(_:)``), so a
+/// daemon that saw many hosts over its life does not keep a count for each.
 struct SchedulerHosts: Sendable {
     private var numbers: [String: Int] = [:]
     /// Each number's host (`""`: the number is free).
@@ -43,11 +43,15 @@ struct SchedulerHosts: Sendable {
         return number
     }
 
-    /// Frees `number` when nothing counts on it any more: no transfer of it runs, it has no cap,
-    /// and `isQueued` (whether a queue of ready transfers of the host is left) says no. Called
-    /// whenever one of the three may have become so.
-    mutating func releaseIfUnused(_ number: Int, isQueued: (Int) -> Bool) {
-        guard self.running[number] == 0, self.caps[number] == nil, !self.names[number].isEmpty, !isQueued(number) else { return }
+    /// Whether `number` is given, no transfer of its host runs and it has no cap: then only the
+    /// scheduler's ready queues can still need it.
+    func isIdle(_ number: Int) -> Bool {
+        self.running[number] == 0 && self.caps[number] == nil && !self.names[number].isEmpty
+    }
+
+    /// Frees `number` (``isIdle(_:)``, and nothing of its host is ready): given again to the next
+    /// new host.
+    mutating func release(_ number: Int) {
         self.numbers[self.names[number]] = nil
         self.names[number] = ""
         self.standby[number] = 0

@@ -346,9 +346,10 @@ public struct TransferScheduler: Sendable {
 
     /// Frees the number of `host` when nothing counts on it any more (``SchedulerHosts``).
     private mutating func releaseIfUnused(_ host: Int) {
-        guard self.hosts.running[host] == 0 else { return }
-        let ready = self.ready
-        self.hosts.releaseIfUnused(host) { ready[QueueKey(host: $0, owner: .queue)] != nil || ready[QueueKey(host: $0, owner: .session)] != nil }
+        guard self.hosts.isIdle(host), self.ready[QueueKey(host: host, owner: .queue)] == nil,
+            self.ready[QueueKey(host: host, owner: .session)] == nil
+        else { return }
+        self.hosts.release(host)
     }
 
     /// Transfers holding a slot, in all and on `host` (by number).
@@ -677,13 +678,15 @@ public struct TransferScheduler: Sendable {
         var anyDelayed = false
         for id in ids {
             switch self.location.removeValue(forKey: id) {
-            case .ready(let entry)?: keys.insert(QueueKey(host: self.hosts.intern(entry.host), owner: entry.id.owner))
+            case .ready(let entry)?:
+                // A ready entry's host has its number (until its last queue empties below).
+                if let number = self.hosts.number(of: entry.host) { keys.insert(QueueKey(host: number, owner: entry.id.owner)) }
             case .delayed?: anyDelayed = true
             case nil: break
             }
         }
         for key in keys {
-            var queue = self.ready.removeValue(forKey: key)!
+            guard var queue = self.ready.removeValue(forKey: key) else { continue }
             queue.removeAll { ids.contains($0.id) }
             if !queue.isEmpty { self.ready[key] = queue }
             self.releaseIfUnused(key.host)

@@ -191,6 +191,8 @@ final class HostRun: Sendable {
         if let now { self.report(now) }
     }
 
+    /// The reports gathered, taken out, and the timer that was to send them stopped (a no-op once
+    /// it fired).
     private static func takeReports(_ state: inout State) -> [Report] {
         state.reportTimer?.cancel()
         state.reportTimer = nil
@@ -236,11 +238,7 @@ final class HostRun: Sendable {
 extension HostRun: NIOScheduledCallbackHandler {
     /// The report timer fired (on the loop): what was gathered goes to the queue.
     func handleScheduledCallback(eventLoop: some EventLoop) {
-        let reports = self.state.withLock { state -> [Report] in
-            state.reportTimer = nil
-            defer { state.reports.removeAll(keepingCapacity: true) }
-            return state.reports
-        }
+        let reports = self.state.withLock { Self.takeReports(&$0) }
         if !reports.isEmpty { self.report(reports) }
     }
 }
