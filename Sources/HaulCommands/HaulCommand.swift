@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import HaulEngine
 
 /// The `haul` command: the root of all subcommands.
 public struct HaulCommand: AsyncParsableCommand {
@@ -31,6 +32,8 @@ public struct HaulCommand: AsyncParsableCommand {
         let given = arguments ?? Array(CommandLine.arguments.dropFirst())
         if let name = given.first {
             if name == GetCommand.configuration.commandName {
+                // The engine's one-time start-up, on the second core while this one parses.
+                Thread.detachNewThread { TransferEngine.warmUp() }
                 if let get = try? GetCommand.parseAsRoot(Array(given.dropFirst())) { return get }
             } else if let subcommand = Self.configuration.subcommands.first(where: { $0.configuration.commandName == name }),
                 let command = try? subcommand.parseAsRoot(Array(given.dropFirst()))

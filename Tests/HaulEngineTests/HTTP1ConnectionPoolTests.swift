@@ -83,6 +83,25 @@ struct HTTP1ConnectionPoolTests {
         return ContinuousClock.now - started
     }
 
+    @Test("The engine's warm-up runs on several threads at once and returns; connections made after it carry downloads as before")
+    func warmUpThenDownload() async throws {
+        // `haul get` runs it on a thread of its own while its main thread parses the arguments.
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<4 { group.addTask { TransferEngine.warmUp() } }
+        }
+        TransferEngine.warmUp()
+        let server = try await FaultInjectingHTTPServer.start()
+        let pool = Self.makePool()
+        for round in 0..<2 {
+            let sink = try await Self.get(pool, server.url("/file/w?size=50000&seed=\(round + 9)"))
+            #expect(sink.status == 200)
+            #expect(sink.body == TestContent.bytes(0..<50_000, seed: UInt64(round + 9)))
+        }
+        #expect(server.acceptedConnections == 1)
+        await pool.shutdown()
+        try await server.shutdown()
+    }
+
     @Test("Sequential exchanges to one host share one kept-alive connection; bodies and HEAD are framed right")
     func keepAliveAndFraming() async throws {
         let server = try await FaultInjectingHTTPServer.start()

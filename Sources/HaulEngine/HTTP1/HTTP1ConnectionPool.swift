@@ -227,7 +227,7 @@ final class HTTP1ConnectionPool: @unchecked Sendable {
     }
 
     /// A connection's handlers: NIO's request encoder and response decoder, then ours.
-    private static func addHandlers(to channel: any Channel, idleTimeout: TimeAmount) throws {
+    static func addHandlers(to channel: any Channel, idleTimeout: TimeAmount) throws {
         let sync = channel.pipeline.syncOperations
         try sync.addHandler(HTTPRequestEncoder())
         try sync.addHandler(ByteToMessageHandler(HTTPResponseDecoder(leftOverBytesStrategy: .dropBytes, informationalResponseStrategy: .drop)))
