@@ -278,12 +278,17 @@ struct DaemonClientTests {
         defer { scratch.remove() }
         let paths = scratch.paths
         @Sendable func event(_ taskID: Int) -> String { #"{"event":{"kind":"progress","taskID":\#(taskID)}}"# }
+        // The server closes once the client has seen that nothing more comes, not after a fixed
+        // time: a loaded machine (a parallel run of the whole suite) delayed the client's third
+        // step past the close, which it then heard there, and the fourth found the connection
+        // already closed.
+        let mayClose = DispatchSemaphore(value: 0)
         let stop = try Self.serveOnce(at: paths.socketPath) { connection in
             Self.readRequestLine(connection)
             Self.write([event(1), #"{"response":{"id":1}}"#], to: connection)
             Thread.sleep(forTimeInterval: 0.3)
             Self.write([event(2), event(3)], to: connection)
-            Thread.sleep(forTimeInterval: 1.0)
+            _ = mayClose.wait(timeout: .now() + 30)
         }
         defer { stop() }
         let heard = Mutex<[Int64]>([])
@@ -301,6 +306,7 @@ struct DaemonClientTests {
             try? connection.readEvents(timeout: .milliseconds(200))
             let waited = ContinuousClock.now - started
             steps.append("nothing more, waited the time given: \(waited >= .milliseconds(200) && waited < .milliseconds(900))")
+            mayClose.signal()
             do {
                 try connection.readEvents(timeout: .seconds(3))
                 steps.append("no error")
