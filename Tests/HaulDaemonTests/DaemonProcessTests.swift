@@ -266,15 +266,26 @@ struct DaemonProcessTests {
         let trimmed = { ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("memory: idle, unused pages handed back") }
         // A daemon in use keeps its pages: asked every 200 ms for 2.5 s, no second is quiet.
         let busyUntil = ContinuousClock.now + .milliseconds(2500)
+        // The longest time between two answers: a loaded machine (the whole suite in parallel)
+        // can stall this loop past a second, which is a quiet second for the daemon too.
+        var longestGap = Duration.zero
+        var lastAnswer = ContinuousClock.now
         while ContinuousClock.now < busyUntil {
             #expect(try await client.request(.ping).processID == daemon.process?.processIdentifier)
+            longestGap = max(longestGap, ContinuousClock.now - lastAnswer)
+            lastAnswer = ContinuousClock.now
             try await Task.sleep(for: .milliseconds(200))
         }
-        #expect(!trimmed(), "trimmed while requests came in every 200 ms")
+        let trimmedWhileBusy = trimmed()
+        if longestGap < .milliseconds(800) {
+            #expect(!trimmedWhileBusy, "trimmed while requests came in every 200 ms (the longest gap \(longestGap))")
+        }
         let asked = ContinuousClock.now
         // The interval is 30 s: well before it, at the first second without a request.
         #expect(await waitUntil(timeout: .seconds(10)) { trimmed() }, "no trim 10 s after the last request")
-        #expect(ContinuousClock.now - asked >= .milliseconds(900), "trimmed within a second of a request")
+        if !trimmedWhileBusy {
+            #expect(ContinuousClock.now - asked >= .milliseconds(900), "trimmed within a second of a request")
+        }
         // The daemon answers as before (what it needs again is read back on demand).
         #expect(try await client.request(.ping).processID == daemon.process?.processIdentifier)
         client.close()
