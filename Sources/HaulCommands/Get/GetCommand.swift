@@ -225,7 +225,8 @@ struct GetCommand: AsyncParsableCommand {
             insecure: self.insecure
         )
         let coordinator = GetCoordinator(options: options)
-        let status = await coordinator.run(urls: self.resolvedURLs)
+        // The process exits next (`HaulCommand.runAndExit`): its exit closes the connections.
+        let status = await coordinator.run(urls: self.resolvedURLs, closingConnections: false)
         if status != .success { throw status }
     }
 }

@@ -134,7 +134,13 @@ final class GetCoordinator: @unchecked Sendable {
     /// Several downloads at once are spread over one engine per core (each on an event loop of
     /// its own, with its own connections): one loop would do every download's network and
     /// bookkeeping on one thread.
-    func run(urls: [URL]) async -> ExitStatus {
+    ///
+    /// `closingConnections` false: the engines are left open, their connections too, for a
+    /// process that exits next (`haul get`): its exit closes every socket at once. Closing
+    /// each first took ~0.75 ms between the last file's placement and the exit (500 files of
+    /// 256 KiB over 16 connections; 0.12 ms without). Nothing is in flight by then: every
+    /// download's file is placed or its checkpoint written before its worker ends.
+    func run(urls: [URL], closingConnections: Bool = true) async -> ExitStatus {
         Self.keepFreedHeap()
         let parallelism = self.options.parallelism
         if urls.count > 1, self.options.outputPath == nil, !self.options.fresh {
@@ -167,10 +173,18 @@ final class GetCoordinator: @unchecked Sendable {
         }
         for source in signalSources { source.cancel() }
         self.reporter.stop()
-        for engine in engines { await engine.shutdown() }
+        if closingConnections {
+            for engine in engines { await engine.shutdown() }
+        } else {
+            // Never deallocated unclosed (an HTTPS engine's client insists on a shutdown first).
+            Self.leftForExit.withLock { $0 += engines }
+        }
         if self.interrupted { return .interrupted }
         return statuses.first { $0 != .success } ?? .success
     }
+
+    /// Engines a run left open for the process's exit to close (``run(urls:closingConnections:)``).
+    private static let leftForExit = Mutex<[TransferEngine]>([])
 
     private var interrupted: Bool { self.lock.withLock { self.isInterrupted } }
 
