@@ -31,8 +31,9 @@ public struct HaulCommand: AsyncParsableCommand {
     private static func parseAsRoot(fastArguments arguments: [String]?) throws -> any ParsableCommand {
         let given = arguments ?? Array(CommandLine.arguments.dropFirst())
         if let name = given.first {
-            if name == GetCommand.configuration.commandName {
-                // The engine's one-time start-up, on the second core while this one parses.
+            if name == GetCommand.commandName {
+                // The engine's one-time start-up, on the second core while this one builds the
+                // command's configuration and parses.
                 Thread.detachNewThread { TransferEngine.warmUp() }
                 if let get = try? GetCommand.parseAsRoot(Array(given.dropFirst())) { return get }
             } else if let subcommand = Self.configuration.subcommands.first(where: { $0.configuration.commandName == name }),

@@ -5,8 +5,12 @@ import NIOSSL
 
 /// `haul get`: download URLs to files in the foreground, resumably and verified.
 struct GetCommand: AsyncParsableCommand {
+    /// The subcommand's name (known before its configuration is built: ``HaulCommand`` starts
+    /// the engine's warm-up on it).
+    static let commandName = "get"
+
     static let configuration = CommandConfiguration(
-        commandName: "get",
+        commandName: Self.commandName,
         abstract: "Download URLs to files, resumably.",
         discussion: """
             Each download is written to NAME.haul-part beside its destination and checkpointed in \
