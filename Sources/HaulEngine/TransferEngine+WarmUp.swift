@@ -14,10 +14,15 @@ extension TransferEngine {
     /// them (callgrind: 24.6 of 33.1 M), 27 of its 65 scans on the loop while it set up the
     /// first connection.
     ///
-    /// The results are kept for the process, so a command-line tool calls this once, on a
-    /// thread of its own, while its main thread parses the arguments: on a second core the two
-    /// overlap. Safe from any thread but an event loop's, any number of times (later calls find
-    /// everything looked up already); it blocks until the channel is closed again.
+    /// The results are kept for the process, so a command-line tool calls this once, off the
+    /// thread that parses its arguments (`haul get`: on a Dispatch worker), and on a second core
+    /// the two overlap. Safe from any thread but an event loop's, any number of times (later
+    /// calls find everything looked up already); it blocks until the channel is closed again.
+    ///
+    /// Measured (`haul get`, 25 alternating rounds against the build without it and with the
+    /// engines shut down at the end): the first request 7.08 -> 5.45 ms after the program's
+    /// start on 500 files of 256 KiB, 7.41 -> 5.45 ms on 1,000 of 16 KiB; peak RSS 0.3-1 MB
+    /// higher (1,000 × 16 KiB: 17.9 -> 18.8 MB; a 1 GiB file: 20.7 -> 21.2-21.7 MB).
     package static func warmUp() {
         // The group's first loop, without advancing its round robin (engines take loops in turn).
         var loops = MultiThreadedEventLoopGroup.singleton.makeIterator()
