@@ -56,6 +56,26 @@ struct ListDownloadTests {
         await harness.close()
     }
 
+    @Test("Files of one list with one name, ending together, each get a name of their own: none is overwritten, none lost")
+    func oneNameManyFiles() async throws {
+        let server = try await FaultInjectingHTTPServer.start()
+        let harness = try QueueHarness()
+        // A free name is looked up before the list's lock and checked under it against the names
+        // its other files took meanwhile (`ListRun.ended`); a name taken on disk after that is
+        // caught again when the file is placed. Either way no file may land on another's.
+        let urls = (1...16).map { server.url("/file/same.bin?size=\(20_000 + $0)&seed=\(100 + $0)") }
+        let added = try await harness.queue.add([Self.list(urls)])
+        let ended = try await harness.wait(for: added[0].id, timeout: .seconds(30)) { !$0.state.isInProgress }
+        #expect(ended.state == .complete, "\(ended.errorMessage ?? "")")
+        let names = try FileManager.default.contentsOfDirectory(atPath: harness.downloads.path).filter { $0.hasPrefix("same") }
+        #expect(names.count == 16, "\(names.sorted())")
+        let digests = try names.map { try TestContent.sha256Hex(ofFileAt: harness.downloads.appendingPathComponent($0).path) }
+        let expected = (1...16).map { TestContent.sha256Hex(size: Int64(20_000 + $0), seed: UInt64(100 + $0)) }
+        #expect(Set(digests) == Set(expected) && Set(digests).count == 16, "every URL's bytes once")
+        await harness.close()
+        try await server.shutdown()
+    }
+
     @Test("A file that fails for good does not stop the others: the list ends in error naming how many and the first; a name taken gets a number")
     func failureDoesNotStopTheOthers() async throws {
         let server = try await FaultInjectingHTTPServer.start()
