@@ -40,15 +40,17 @@ struct GetCommandTests {
     }
 
     @Test("The haul program links no FoundationNetworking: no libcurl and its libraries loaded at every start")
-    func noFoundationNetworking() throws {
+    func noFoundationNetworking() async throws {
         let ldd = Process()
         ldd.executableURL = URL(fileURLWithPath: "/usr/bin/ldd")
         ldd.arguments = [HaulProcess.executable.path]
         let output = Pipe()
         ldd.standardOutput = output
         try ldd.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        ldd.waitUntilExit()
+        // Off the test's thread (`blocking`): a test that blocks one of the cooperative pool's
+        // threads (two on the 2-core machine) can starve the tests running beside it.
+        let text = await blocking { String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+        await blocking { ldd.waitUntilExit() }
         #expect(ldd.terminationStatus == 0, "\(text)")
         #expect(text.contains("libc.so"), "ldd listed the libraries: \(text)")
         #expect(!text.contains("FoundationNetworking"), "\(text)")
@@ -420,19 +422,24 @@ struct GetCommandTests {
         mount.executableURL = URL(fileURLWithPath: "/bin/mount")
         mount.arguments = ["-t", "tmpfs", "-o", "size=1m", "tmpfs", mountPoint.path]
         try mount.run()
-        mount.waitUntilExit()
+        // Waited for off the test's thread, as every child process of these tests.
+        await blocking { mount.waitUntilExit() }
         try #require(mount.terminationStatus == 0, "cannot mount a tmpfs for the full-disk test")
-        defer {
-            let unmount = Process()
-            unmount.executableURL = URL(fileURLWithPath: "/bin/umount")
-            unmount.arguments = [mountPoint.path]
-            try? unmount.run()
-            unmount.waitUntilExit()
+        // Unmounted however the checks end (not in a `defer`, which cannot await the umount).
+        var failure: (any Error)?
+        do {
+            let result = try await HaulProcess.run(["get", "-d", mountPoint.path, server.url("/file/huge.bin?size=3000000").absoluteString], directory: mountPoint)
+            #expect(result.status == 3, "\(result.standardError)")
+            #expect(result.standardError.contains("No space left on device"))
+            #expect(!FileManager.default.fileExists(atPath: mountPoint.appendingPathComponent("huge.bin").path))
+        } catch {
+            failure = error
         }
-        let result = try await HaulProcess.run(["get", "-d", mountPoint.path, server.url("/file/huge.bin?size=3000000").absoluteString], directory: mountPoint)
-        #expect(result.status == 3, "\(result.standardError)")
-        #expect(result.standardError.contains("No space left on device"))
-        #expect(!FileManager.default.fileExists(atPath: mountPoint.appendingPathComponent("huge.bin").path))
+        let unmount = Process()
+        unmount.executableURL = URL(fileURLWithPath: "/bin/umount")
+        unmount.arguments = [mountPoint.path]
+        if (try? unmount.run()) != nil { await blocking { unmount.waitUntilExit() } }
         try await server.shutdown()
+        if let failure { throw failure }
     }
 }

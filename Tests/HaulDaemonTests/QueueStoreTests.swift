@@ -458,7 +458,7 @@ struct QueueStoreTests {
         let ended = Process()
         ended.executableURL = URL(fileURLWithPath: "/bin/true")
         try ended.run()
-        ended.waitUntilExit()
+        await blocking { ended.waitUntilExit() }
         try Data("\(ended.processIdentifier)".utf8).write(to: cluster.directory.appendingPathComponent("owner.pid"))
         let alive = try await Self.startCluster()
         defer { alive.stop() }

@@ -552,8 +552,10 @@ struct QueueCommandTests {
             process.standardError = errors
             process.standardOutput = FileHandle.nullDevice
             try process.run()
-            let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
+            // Off the test's thread: a blocked thread of the cooperative pool can starve the
+            // tests running beside it.
+            let message = await blocking { String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+            await blocking { process.waitUntilExit() }
             #expect(process.terminationStatus == 64, "\(arguments): \(message)")
             #expect(message.contains(arguments.contains("loud") ? "unknown log level 'loud' (known: trace, debug, info, notice, warning, error, critical)" : "--verbose is --log-level debug"), "\(message)")
         }
