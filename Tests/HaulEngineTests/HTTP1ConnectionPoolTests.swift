@@ -85,11 +85,12 @@ struct HTTP1ConnectionPoolTests {
 
     @Test("The engine's warm-up runs on several threads at once and returns; connections made after it carry downloads as before")
     func warmUpThenDownload() async throws {
-        // `haul get` runs it on a thread of its own while its main thread parses the arguments.
+        // `haul get` runs it on a Dispatch worker while it parses the arguments. It blocks until
+        // its channel is closed again: off the cooperative pool's threads (`blocking`).
         await withTaskGroup(of: Void.self) { group in
-            for _ in 0..<4 { group.addTask { TransferEngine.warmUp() } }
+            for _ in 0..<4 { group.addTask { await blocking { TransferEngine.warmUp() } } }
         }
-        TransferEngine.warmUp()
+        await blocking { TransferEngine.warmUp() }
         let server = try await FaultInjectingHTTPServer.start()
         let pool = Self.makePool()
         for round in 0..<2 {
