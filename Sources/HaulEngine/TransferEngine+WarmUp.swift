@@ -19,10 +19,10 @@ extension TransferEngine {
     /// the two overlap. Safe from any thread but an event loop's, any number of times (later
     /// calls find everything looked up already); it blocks until the channel is closed again.
     ///
-    /// Measured (`haul get`, 25 alternating rounds against the build without it and with the
-    /// engines shut down at the end): the first request 7.08 -> 5.45 ms after the program's
-    /// start on 500 files of 256 KiB, 7.41 -> 5.45 ms on 1,000 of 16 KiB; peak RSS 0.3-1 MB
-    /// higher (1,000 × 16 KiB: 17.9 -> 18.8 MB; a 1 GiB file: 20.7 -> 21.2-21.7 MB).
+    /// Measured (`haul get`, 25 alternating rounds against the build without it): the first
+    /// request 7.08 -> 5.45 ms after the program's start on 500 files of 256 KiB, 7.41 -> 5.45
+    /// ms on 1,000 of 16 KiB; peak RSS 0.3-1 MB higher (1,000 × 16 KiB: 17.9 -> 18.4-19.1 MB;
+    /// a 1 GiB file: 20.7 -> 21.2-21.7 MB).
     package static func warmUp() {
         // The group's first loop, without advancing its round robin (engines take loops in turn).
         var loops = MultiThreadedEventLoopGroup.singleton.makeIterator()
@@ -36,7 +36,9 @@ extension TransferEngine {
             }
             .withConnectedSocket(pair[0])
             .wait()
-        // Once the channel exists it owns its socket (a failure closed it).
+        // The channel owns its socket and closes it. If NIO refused the socket (not seen on a
+        // fresh pair), it is not closed here: whether NIO closed it is not known, and a second
+        // close could hit a descriptor opened since; one stays open until the process exits.
         try? channel?.close().wait()
     }
 }
